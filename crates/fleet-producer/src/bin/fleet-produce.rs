@@ -1,0 +1,219 @@
+//! `fleet-produce`: send texts to a model's topic, optionally wait for the
+//! answers, and create the fleet's topics. A thin shell over the library.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use fleet_producer::kafka_config::parse_property;
+use fleet_producer::summary::summarise;
+use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
+use fleet_producer::{FleetProducer, KafkaConfig, Request, ResultClient};
+use fleet_proto::{ModelName, RequestId};
+use futures::future::join_all;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Send inference requests to the fleet and read the answers"
+)]
+struct Cli {
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct KafkaArgs {
+    /// Kafka bootstrap servers.
+    #[arg(
+        long,
+        env = "FLEET_BROKERS",
+        default_value = "127.0.0.1:9092",
+        global = true
+    )]
+    brokers: String,
+    /// Extra librdkafka property, key=value (repeatable).
+    #[arg(long = "kafka-property", value_parser = parse_property, global = true)]
+    kafka_properties: Vec<(String, String)>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Send texts (from --text and/or --file, one per line) to infer.<model>.
+    Send(SendArgs),
+    /// Create infer.<model> and infer.<model>.dlq with the fleet's settings.
+    Topics(TopicArgs),
+}
+
+#[derive(Args)]
+struct SendArgs {
+    #[arg(long, env = "FLEET_MODEL")]
+    model: ModelName,
+    /// A text to send (repeatable).
+    #[arg(long)]
+    text: Vec<String>,
+    /// A file of texts, one per line; blank lines are skipped.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Request ids are <prefix>-<n>; default: req-<unix ms>.
+    #[arg(long)]
+    id_prefix: Option<String>,
+    /// Deadline relative to now, in ms (sets ce_deadline).
+    #[arg(long)]
+    ttl_ms: Option<u64>,
+    /// Wait for every answer in Redis.
+    #[arg(long)]
+    wait: bool,
+    /// How long to wait for each request's answer.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    #[arg(
+        long,
+        env = "FLEET_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    redis: String,
+    /// Print a human summary (counts, throughput, latency, neighbours) instead of answer lines.
+    #[arg(long, requires = "wait")]
+    summary: bool,
+    /// With --summary: how many nearest-neighbour pairs to show.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
+    /// Name written into ce_source.
+    #[arg(long, default_value = "fleet-produce")]
+    source: String,
+}
+
+#[derive(Args)]
+struct TopicArgs {
+    #[arg(long = "model", required = true)]
+    models: Vec<ModelName>,
+    #[arg(long, default_value_t = DEFAULT_PARTITIONS)]
+    partitions: i32,
+    /// Largest message value the model accepts, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    max_value_bytes: u64,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let kafka = KafkaConfig {
+        brokers: cli.kafka.brokers,
+        extra: cli.kafka.kafka_properties,
+    };
+    match cli.command {
+        Command::Topics(args) => {
+            let settings = TopicSettings {
+                partitions: args.partitions,
+                max_value_bytes: args.max_value_bytes,
+                ..TopicSettings::default()
+            };
+            for model in &args.models {
+                ensure_topics(&kafka, model, settings)
+                    .await
+                    .with_context(|| format!("creating topics of {model}"))?;
+                println!(
+                    "topics ready: {} ({} partitions), {}",
+                    model.topic(),
+                    settings.partitions,
+                    model.dlq_topic()
+                );
+            }
+            Ok(())
+        }
+        Command::Send(args) => send(&kafka, args).await,
+    }
+}
+
+async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
+    let mut texts = args.text.clone();
+    if let Some(path) = &args.file {
+        let body =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        texts.extend(
+            body.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned),
+        );
+    }
+    if texts.is_empty() {
+        bail!("nothing to send: give --text or --file");
+    }
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
+    let prefix = args
+        .id_prefix
+        .clone()
+        .unwrap_or_else(|| format!("req-{now_ms}"));
+    let requests: Vec<Request> = texts
+        .iter()
+        .enumerate()
+        .map(|(n, text)| {
+            let id = RequestId::parse(&format!("{prefix}-{n}"))
+                .context("building a request id from --id-prefix")?;
+            let request = Request::text(id, text.clone());
+            Ok(match args.ttl_ms {
+                Some(ttl) => request.with_deadline_ms(now_ms + ttl),
+                None => request,
+            })
+        })
+        .collect::<Result<_>>()?;
+
+    let producer = FleetProducer::new(kafka, &args.source)?;
+    let started = Instant::now();
+    let mut pending = Vec::with_capacity(requests.len());
+    for request in &requests {
+        pending.push(producer.send(&args.model, request).await?);
+    }
+    for (request, delivered) in requests.iter().zip(join_all(pending).await) {
+        delivered.with_context(|| format!("delivering {}", request.id))?;
+    }
+    eprintln!(
+        "sent {} requests to {} in {:.2?}",
+        requests.len(),
+        args.model.topic(),
+        started.elapsed()
+    );
+    if !args.wait {
+        return Ok(());
+    }
+
+    let results = ResultClient::connect(&args.redis).await?;
+    let models = [args.model.clone()];
+    let mut answered = Vec::with_capacity(requests.len());
+    let mut failures = 0usize;
+    for (request, text) in requests.iter().zip(&texts) {
+        match results.wait(&request.id, &models, args.timeout).await {
+            Ok(mut answers) => {
+                if let Some(answer) = answers.remove(args.model.as_str()) {
+                    if !args.summary {
+                        println!("{}\t{}", request.id, answer.to_json());
+                    }
+                    answered.push((text.clone(), answer));
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                eprintln!("{e}");
+            }
+        }
+    }
+    if args.summary {
+        print!(
+            "{}",
+            summarise(&answered, started.elapsed(), args.pairs).render()
+        );
+    }
+    if failures > 0 {
+        bail!("{failures} of {} requests got no answer", requests.len());
+    }
+    Ok(())
+}

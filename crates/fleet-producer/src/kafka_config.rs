@@ -1,0 +1,40 @@
+//! Connection settings shared by every Kafka client the fleet makes, so the
+//! producer, the admin calls and the worker agree on brokers and extra
+//! librdkafka properties.
+
+use rdkafka::ClientConfig;
+
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers`, comma separated.
+    pub brokers: String,
+    /// Any further librdkafka property, passed through verbatim.
+    pub extra: Vec<(String, String)>,
+}
+
+impl KafkaConfig {
+    pub fn new(brokers: impl Into<String>) -> Self {
+        Self {
+            brokers: brokers.into(),
+            extra: Vec::new(),
+        }
+    }
+
+    /// A librdkafka config with the brokers and the pass-through properties.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.brokers);
+        for (key, value) in &self.extra {
+            config.set(key, value);
+        }
+        config
+    }
+}
+
+/// Parses `key=value` (for `--kafka-property`).
+pub fn parse_property(raw: &str) -> Result<(String, String), String> {
+    raw.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected key=value, got {raw:?}"))
+}

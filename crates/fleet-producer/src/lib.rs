@@ -1,0 +1,20 @@
+//! The producer side of the fleet, for services that send inference requests.
+//!
+//! [`FleetProducer`] writes one Kafka message per (request, model) in the
+//! CloudEvents binary layout of `fleet-proto`, keeping many sends in flight;
+//! [`ResultClient`] reads the answers back from Redis, either by polling or by
+//! blocking on the request's ready list. [`topics`] holds the one place where
+//! topic settings are decided. This crate must never depend on libtorch:
+//! producers embed it.
+
+pub mod kafka_config;
+pub mod producer;
+pub mod request;
+pub mod results;
+pub mod summary;
+pub mod topics;
+
+pub use kafka_config::KafkaConfig;
+pub use producer::{Delivery, FleetProducer, SendError};
+pub use request::Request;
+pub use results::{ResultClient, ResultError};

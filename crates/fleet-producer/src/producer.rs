@@ -1,0 +1,123 @@
+//! Writes requests to `infer.<model>` with many sends in flight.
+//!
+//! `send` enqueues into librdkafka at once (`send_result`) and hands back a
+//! [`Delivery`] to await later: awaiting each delivery before the next send
+//! caps a producer at a few hundred messages per second, so callers should
+//! keep thousands of deliveries pending and await them together.
+
+use crate::{KafkaConfig, Request};
+use fleet_proto::{Envelope, ModelName};
+use futures::FutureExt;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("the producer was dropped before the message was delivered")]
+    Canceled,
+}
+
+pub struct FleetProducer {
+    inner: FutureProducer,
+    source: String,
+}
+
+/// Where a delivered message landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// A pending delivery report: resolves once the broker has the message.
+pub struct Delivery(DeliveryFuture);
+
+impl Future for Delivery {
+    type Output = Result<Delivered, SendError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.poll_unpin(cx).map(|outcome| match outcome {
+            Ok(Ok(d)) => Ok(Delivered {
+                partition: d.partition,
+                offset: d.offset,
+            }),
+            Ok(Err((e, _))) => Err(SendError::Kafka(e)),
+            Err(_) => Err(SendError::Canceled),
+        })
+    }
+}
+
+impl FleetProducer {
+    /// `source` becomes `ce_source` on every message (who sent it).
+    pub fn new(kafka: &KafkaConfig, source: &str) -> Result<Self, SendError> {
+        let inner: FutureProducer = kafka
+            .client_config()
+            // Idempotence keeps retried batches from duplicating requests.
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .set("queue.buffering.max.messages", "200000")
+            .set("message.timeout.ms", "30000")
+            .create()?;
+        Ok(Self {
+            inner,
+            source: source.to_owned(),
+        })
+    }
+
+    /// Enqueues one request for `model`; waits only while librdkafka's local
+    /// queue is full. Await the returned [`Delivery`] for the broker's ack.
+    pub async fn send(&self, model: &ModelName, request: &Request) -> Result<Delivery, SendError> {
+        let envelope = Envelope {
+            id: request.id.clone(),
+            source: self.source.clone(),
+            created_ms: now_ms(),
+            content_type: request.content_type,
+            deadline_ms: request.deadline_ms,
+            parts: request.parts,
+        };
+        let header_values = envelope.to_headers();
+        let headers = header_values.iter().fold(
+            OwnedHeaders::new_with_capacity(header_values.len()),
+            |hs, (key, value)| {
+                hs.insert(Header {
+                    key,
+                    value: Some(value.as_bytes()),
+                })
+            },
+        );
+        let topic = model.topic();
+        let mut record = FutureRecord::to(&topic)
+            .key(request.id.as_str())
+            .payload(request.payload.as_slice())
+            .headers(headers);
+        loop {
+            match self.inner.send_result(record) {
+                Ok(delivery) => return Ok(Delivery(delivery)),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    record = returned;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Err((e, _)) => return Err(SendError::Kafka(e)),
+            }
+        }
+    }
+
+    /// Waits until every enqueued message is delivered or `timeout` passes.
+    pub fn flush(&self, timeout: Duration) -> Result<(), SendError> {
+        self.inner.flush(timeout).map_err(SendError::Kafka)
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

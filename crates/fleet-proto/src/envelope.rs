@@ -1,0 +1,367 @@
+//! The request envelope: CloudEvents binary-mode headers read off (or written
+//! onto) a Kafka message. Parsing is total: any key and header set yields
+//! either an [`Envelope`] or a [`Rejection`] saying whether the request id was
+//! readable (then the client gets an `error` answer) or not (then the message
+//! can only go to the dead-letter topic).
+
+use crate::{headers as h, ContentType, ErrorCode, RequestId};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    pub id: RequestId,
+    /// `ce_source`: who produced the request.
+    pub source: String,
+    /// `ce_time`, as Unix epoch milliseconds.
+    pub created_ms: u64,
+    pub content_type: ContentType,
+    /// `ce_deadline`, Unix epoch milliseconds, when the producer set one.
+    pub deadline_ms: Option<u64>,
+    /// `ce_parts`: how many model answers make the request complete.
+    pub parts: u32,
+}
+
+/// Why a message could not become a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The request id, when one could be read: the answer goes there.
+    pub id: Option<RequestId>,
+    pub code: ErrorCode,
+    /// Human-readable detail for the answer's `error.message` or the DLQ header.
+    pub message: String,
+}
+
+impl Rejection {
+    fn new(id: Option<&RequestId>, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            id: id.cloned(),
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Stable reason word for the DLQ header and `fleet_dlq_total{reason}`
+    /// when no answer can be written.
+    pub fn dlq_reason(&self) -> &'static str {
+        "unreadable_request_id"
+    }
+}
+
+impl Envelope {
+    /// The deadline that applies: `ce_deadline`, else creation + the model's TTL.
+    pub fn effective_deadline_ms(&self, default_ttl_ms: u64) -> u64 {
+        self.deadline_ms
+            .unwrap_or(self.created_ms.saturating_add(default_ttl_ms))
+    }
+
+    /// Reads an envelope from a message's key and headers. Headers whose value
+    /// is absent count as missing; of repeated headers the first one counts.
+    pub fn parse<'a, I>(key: Option<&[u8]>, headers: I) -> Result<Self, Rejection>
+    where
+        I: IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    {
+        let headers: Vec<(&str, Option<&[u8]>)> = headers.into_iter().collect();
+        let find = |name: &str| -> Option<&[u8]> {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .and_then(|(_, v)| *v)
+        };
+        let id = resolve_id(key, find(h::ID))?;
+        let id = &id;
+        let text = |name: &'static str| -> Result<&str, Rejection> {
+            let raw = find(name).ok_or_else(|| {
+                Rejection::new(
+                    Some(id),
+                    ErrorCode::BadRequest,
+                    format!("missing header {name}"),
+                )
+            })?;
+            std::str::from_utf8(raw).map(str::trim).map_err(|_| {
+                Rejection::new(
+                    Some(id),
+                    ErrorCode::BadRequest,
+                    format!("header {name} is not UTF-8"),
+                )
+            })
+        };
+
+        let spec = text(h::SPEC_VERSION)?;
+        if spec != h::SPEC_VERSION_VALUE {
+            return Err(Rejection::new(
+                Some(id),
+                ErrorCode::BadRequest,
+                format!(
+                    "{} is {spec:?}, expected {:?}",
+                    h::SPEC_VERSION,
+                    h::SPEC_VERSION_VALUE
+                ),
+            ));
+        }
+        let kind = text(h::TYPE)?;
+        if kind != h::TYPE_VALUE {
+            return Err(Rejection::new(
+                Some(id),
+                ErrorCode::BadRequest,
+                format!("{} is {kind:?}, expected {:?}", h::TYPE, h::TYPE_VALUE),
+            ));
+        }
+        let source = text(h::SOURCE)?;
+        if source.is_empty() {
+            return Err(Rejection::new(
+                Some(id),
+                ErrorCode::BadRequest,
+                format!("header {} is empty", h::SOURCE),
+            ));
+        }
+        let time = text(h::TIME)?;
+        let created_ms = parse_rfc3339_ms(time).ok_or_else(|| {
+            Rejection::new(
+                Some(id),
+                ErrorCode::BadRequest,
+                format!("{} {time:?} is not an RFC 3339 time", h::TIME),
+            )
+        })?;
+        let content_type_raw = text(h::CONTENT_TYPE)?;
+        let content_type = ContentType::parse(content_type_raw).ok_or_else(|| {
+            Rejection::new(
+                Some(id),
+                ErrorCode::UnsupportedFormat,
+                format!("content-type {content_type_raw:?} is not supported"),
+            )
+        })?;
+        let deadline_ms = match find(h::DEADLINE) {
+            None => None,
+            Some(_) => Some(text(h::DEADLINE)?.parse::<u64>().map_err(|_| {
+                Rejection::new(
+                    Some(id),
+                    ErrorCode::BadRequest,
+                    format!("{} must be Unix epoch milliseconds", h::DEADLINE),
+                )
+            })?),
+        };
+        let parts = match find(h::PARTS) {
+            None => 1,
+            Some(_) => match text(h::PARTS)?.parse::<u32>() {
+                Ok(n) if (1..=h::MAX_PARTS).contains(&n) => n,
+                _ => {
+                    return Err(Rejection::new(
+                        Some(id),
+                        ErrorCode::BadRequest,
+                        format!("{} must be 1..={}", h::PARTS, h::MAX_PARTS),
+                    ))
+                }
+            },
+        };
+        Ok(Self {
+            id: id.clone(),
+            source: source.to_owned(),
+            created_ms,
+            content_type,
+            deadline_ms,
+            parts,
+        })
+    }
+
+    /// The headers a producer puts on the message, in the documented order.
+    pub fn to_headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (h::SPEC_VERSION, h::SPEC_VERSION_VALUE.to_owned()),
+            (h::TYPE, h::TYPE_VALUE.to_owned()),
+            (h::ID, self.id.to_string()),
+            (h::SOURCE, self.source.clone()),
+            (h::TIME, format_rfc3339_ms(self.created_ms)),
+            (h::CONTENT_TYPE, self.content_type.as_str().to_owned()),
+            (h::PARTS, self.parts.to_string()),
+        ];
+        if let Some(deadline) = self.deadline_ms {
+            out.push((h::DEADLINE, deadline.to_string()));
+        }
+        out
+    }
+}
+
+/// The key is the request id (it picks the partition); `ce_id` must agree.
+fn resolve_id(key: Option<&[u8]>, ce_id: Option<&[u8]>) -> Result<RequestId, Rejection> {
+    let from_key = key.map(RequestId::from_bytes);
+    let from_header = ce_id.map(RequestId::from_bytes);
+    match (from_key, from_header) {
+        (Some(Ok(k)), Some(Ok(c))) if k != c => Err(Rejection::new(
+            Some(&k),
+            ErrorCode::BadRequest,
+            format!("message key {k:?} differs from ce_id {c:?}"),
+        )),
+        (Some(Ok(k)), _) => Ok(k),
+        (_, Some(Ok(c))) => Ok(c),
+        (Some(Err(e)), _) | (None, Some(Err(e))) => {
+            Err(Rejection::new(None, ErrorCode::BadRequest, e.to_string()))
+        }
+        (None, None) => Err(Rejection::new(
+            None,
+            ErrorCode::BadRequest,
+            "neither a message key nor a ce_id header",
+        )),
+    }
+}
+
+/// RFC 3339 text → Unix epoch milliseconds; times before 1970 are refused.
+pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let t = OffsetDateTime::parse(text, &Rfc3339).ok()?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// Unix epoch milliseconds → RFC 3339 in UTC with millisecond precision.
+pub fn format_rfc3339_ms(epoch_ms: u64) -> String {
+    let nanos = i128::from(epoch_ms) * 1_000_000;
+    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Envelope {
+        Envelope {
+            id: RequestId::parse("req-7").unwrap(),
+            source: "tests".into(),
+            created_ms: 1_764_000_000_123,
+            content_type: ContentType::Text,
+            deadline_ms: Some(1_764_000_030_000),
+            parts: 2,
+        }
+    }
+
+    fn headers_of(env: &Envelope) -> Vec<(&'static str, Vec<u8>)> {
+        env.to_headers()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect()
+    }
+
+    fn parse(key: Option<&[u8]>, hs: &[(&'static str, Vec<u8>)]) -> Result<Envelope, Rejection> {
+        Envelope::parse(key, hs.iter().map(|(k, v)| (*k, Some(v.as_slice()))))
+    }
+
+    fn without(hs: &[(&'static str, Vec<u8>)], name: &str) -> Vec<(&'static str, Vec<u8>)> {
+        hs.iter().filter(|(k, _)| *k != name).cloned().collect()
+    }
+
+    fn with(
+        hs: &[(&'static str, Vec<u8>)],
+        name: &'static str,
+        value: &[u8],
+    ) -> Vec<(&'static str, Vec<u8>)> {
+        let mut out = without(hs, name);
+        out.push((name, value.to_vec()));
+        out
+    }
+
+    #[test]
+    fn round_trips_through_headers() {
+        let env = sample();
+        assert_eq!(parse(Some(b"req-7"), &headers_of(&env)), Ok(env));
+    }
+
+    #[test]
+    fn deadline_defaults_to_creation_plus_ttl() {
+        let mut env = sample();
+        assert_eq!(env.effective_deadline_ms(5_000), 1_764_000_030_000);
+        env.deadline_ms = None;
+        assert_eq!(env.effective_deadline_ms(5_000), 1_764_000_005_123);
+    }
+
+    #[test]
+    fn missing_or_bad_headers_are_bad_requests_with_the_id() {
+        let hs = headers_of(&sample());
+        for name in [
+            h::SPEC_VERSION,
+            h::TYPE,
+            h::SOURCE,
+            h::TIME,
+            h::CONTENT_TYPE,
+        ] {
+            let r = parse(Some(b"req-7"), &without(&hs, name)).unwrap_err();
+            let expected = ErrorCode::BadRequest;
+            assert_eq!(
+                (r.id.as_ref().map(RequestId::as_str), r.code),
+                (Some("req-7"), expected),
+                "{name}"
+            );
+            assert!(r.message.contains(name), "{}", r.message);
+        }
+        let bad_values: [(&'static str, &[u8]); 7] = [
+            (h::SPEC_VERSION, b"0.3"),
+            (h::TYPE, b"other.type"),
+            (h::TIME, b"yesterday"),
+            (h::DEADLINE, b"soon"),
+            (h::PARTS, b"0"),
+            (h::PARTS, b"99"),
+            (h::SOURCE, b"\xff\xfe"),
+        ];
+        for (name, value) in bad_values {
+            let r = parse(Some(b"req-7"), &with(&hs, name, value)).unwrap_err();
+            assert_eq!(r.code, ErrorCode::BadRequest, "{name}={value:?}");
+            assert!(r.id.is_some());
+        }
+    }
+
+    #[test]
+    fn unknown_content_type_is_unsupported_format() {
+        let hs = with(&headers_of(&sample()), h::CONTENT_TYPE, b"application/pdf");
+        assert_eq!(
+            parse(Some(b"req-7"), &hs).unwrap_err().code,
+            ErrorCode::UnsupportedFormat
+        );
+    }
+
+    #[test]
+    fn id_comes_from_key_or_ce_id_and_they_must_agree() {
+        let hs = headers_of(&sample());
+        assert_eq!(parse(None, &hs).unwrap().id.as_str(), "req-7");
+        let r = parse(Some(b"other"), &hs).unwrap_err();
+        assert_eq!(r.id.unwrap().as_str(), "other");
+        assert_eq!(r.code, ErrorCode::BadRequest);
+        // An invalid key but a valid ce_id: the answer can still go to ce_id.
+        assert_eq!(parse(Some(b"bad key"), &hs).unwrap().id.as_str(), "req-7");
+    }
+
+    #[test]
+    fn unreadable_id_has_no_answer_address() {
+        let hs = without(&headers_of(&sample()), h::ID);
+        for key in [None, Some(&b"has space"[..]), Some(&b"\xff"[..])] {
+            let r = parse(key, &hs).unwrap_err();
+            assert_eq!(r.id, None, "{key:?}");
+            assert_eq!(r.dlq_reason(), "unreadable_request_id");
+        }
+    }
+
+    #[test]
+    fn accepts_offsets_and_fractions_in_ce_time() {
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1500));
+        assert_eq!(parse_rfc3339_ms("1970-01-01T01:00:01+01:00"), Some(1000));
+        assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59Z"), None);
+        assert_eq!(format_rfc3339_ms(1500), "1970-01-01T00:00:01.5Z");
+    }
+
+    proptest! {
+        #[test]
+        fn parse_is_total(
+            key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            values in proptest::collection::vec(proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)), 9),
+        ) {
+            let names = [h::SPEC_VERSION, h::TYPE, h::ID, h::SOURCE, h::TIME, h::CONTENT_TYPE, h::DEADLINE, h::PARTS, "x-other"];
+            let hs: Vec<(&str, Option<&[u8]>)> = names.iter().zip(&values).map(|(n, v)| (*n, v.as_deref())).collect();
+            let _ = Envelope::parse(key.as_deref(), hs);
+        }
+
+        #[test]
+        fn times_round_trip(ms in 0u64..4_102_444_800_000) {
+            prop_assert_eq!(parse_rfc3339_ms(&format_rfc3339_ms(ms)), Some(ms));
+        }
+    }
+}

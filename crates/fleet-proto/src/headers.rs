@@ -1,0 +1,24 @@
+//! Kafka header names of a request message (CloudEvents 1.0, Kafka binding,
+//! binary content mode: the value is the raw input, metadata rides in headers).
+
+pub const SPEC_VERSION: &str = "ce_specversion";
+pub const TYPE: &str = "ce_type";
+pub const ID: &str = "ce_id";
+pub const SOURCE: &str = "ce_source";
+pub const TIME: &str = "ce_time";
+pub const CONTENT_TYPE: &str = "content-type";
+/// Absolute deadline, Unix epoch milliseconds. Optional.
+pub const DEADLINE: &str = "ce_deadline";
+/// How many models the request was fanned out to. Optional, default 1.
+pub const PARTS: &str = "ce_parts";
+
+/// Header set on a dead-lettered message: why it could not become a request.
+pub const DLQ_REASON: &str = "fleet_dlq_reason";
+/// Header set on a dead-lettered message: a human-readable detail.
+pub const DLQ_DETAIL: &str = "fleet_dlq_detail";
+
+pub const SPEC_VERSION_VALUE: &str = "1.0";
+pub const TYPE_VALUE: &str = "fleet.infer.v1";
+
+/// Upper bound on `ce_parts`: a request fans out to at most this many models.
+pub const MAX_PARTS: u32 = 16;

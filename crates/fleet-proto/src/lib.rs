@@ -1,0 +1,20 @@
+//! The contract every part of the fleet agrees on (see `docs/protocol.md`).
+//!
+//! Producers, workers and clients in other languages meet only through what
+//! this crate names: the CloudEvents binary-mode headers of a request message,
+//! the request id rules, the answer JSON with its stable error codes, and the
+//! Kafka topic / Redis key names. It does no I/O and reads no clock, so every
+//! rule here is unit-testable and identical on both sides of the broker.
+
+pub mod answer;
+pub mod content_type;
+pub mod envelope;
+pub mod headers;
+pub mod keys;
+pub mod request_id;
+
+pub use answer::{Answer, ErrorCode, ErrorInfo, Status, Timings};
+pub use content_type::ContentType;
+pub use envelope::{Envelope, Rejection};
+pub use keys::ModelName;
+pub use request_id::RequestId;

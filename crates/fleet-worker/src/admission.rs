@@ -1,0 +1,293 @@
+//! Admission: the first decision about every consumed message, before any
+//! compute. Pure (the caller passes `now`): a message becomes a text request
+//! to tokenize, an answer to write at once (`error` with a stable code, or
+//! `expired`), or — when no request id can be read, so no answer has an
+//! address — a dead letter.
+
+use crate::message::Inbound;
+use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId, Timings};
+
+/// What admission needs to know about the model it admits for.
+#[derive(Debug, Clone)]
+pub struct AdmissionPolicy {
+    pub model: ModelName,
+    pub version: u64,
+    pub max_text_bytes: usize,
+    /// The deadline when the producer set none: `ce_time` + this.
+    pub request_ttl_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextRequest {
+    pub envelope: Envelope,
+    pub deadline_ms: u64,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    Text(TextRequest),
+    /// Answered without compute: an `error` or `expired` answer.
+    Answer {
+        id: RequestId,
+        answer: Answer,
+    },
+    /// No readable request id: only the dead-letter topic can take it.
+    DeadLetter {
+        reason: &'static str,
+        detail: String,
+    },
+}
+
+impl AdmissionPolicy {
+    pub fn admit(&self, inbound: &Inbound, now_ms: u64) -> Admission {
+        let envelope = match Envelope::parse(inbound.key.as_deref(), inbound.header_pairs()) {
+            Ok(envelope) => envelope,
+            Err(rejection) => {
+                return match rejection.id.clone() {
+                    Some(id) => self.refuse(id, rejection.code, rejection.message, None, now_ms),
+                    None => Admission::DeadLetter {
+                        reason: rejection.dlq_reason(),
+                        detail: rejection.message,
+                    },
+                }
+            }
+        };
+        let created = Some(envelope.created_ms);
+        let deadline_ms = envelope.effective_deadline_ms(self.request_ttl_ms);
+        if deadline_ms <= now_ms {
+            let answer = Answer::expired(
+                self.model.as_str(),
+                self.version,
+                self.timings(created, now_ms),
+            );
+            return Admission::Answer {
+                id: envelope.id,
+                answer,
+            };
+        }
+        if envelope.content_type != ContentType::Text {
+            let message = format!("{} serves text, not {}", self.model, envelope.content_type);
+            return self.refuse(
+                envelope.id,
+                ErrorCode::UnsupportedFormat,
+                message,
+                created,
+                now_ms,
+            );
+        }
+        let payload = inbound.payload.as_deref().unwrap_or_default();
+        if payload.len() > self.max_text_bytes {
+            let message = format!(
+                "text is {} bytes, at most {} allowed",
+                payload.len(),
+                self.max_text_bytes
+            );
+            return self.refuse(
+                envelope.id,
+                ErrorCode::TextTooLong,
+                message,
+                created,
+                now_ms,
+            );
+        }
+        let text = match std::str::from_utf8(payload) {
+            Ok(text) => text,
+            Err(e) => {
+                let message = format!("text is not UTF-8 (invalid byte at {})", e.valid_up_to());
+                return self.refuse(
+                    envelope.id,
+                    ErrorCode::DecodeFailed,
+                    message,
+                    created,
+                    now_ms,
+                );
+            }
+        };
+        if text.trim().is_empty() {
+            return self.refuse(
+                envelope.id,
+                ErrorCode::EmptyInput,
+                "text is empty".into(),
+                created,
+                now_ms,
+            );
+        }
+        Admission::Text(TextRequest {
+            text: text.to_owned(),
+            deadline_ms,
+            envelope,
+        })
+    }
+
+    fn refuse(
+        &self,
+        id: RequestId,
+        code: ErrorCode,
+        message: String,
+        created_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Admission {
+        let answer = Answer::error(
+            self.model.as_str(),
+            self.version,
+            code,
+            message,
+            self.timings(created_ms, now_ms),
+        );
+        Admission::Answer { id, answer }
+    }
+
+    fn timings(&self, created_ms: Option<u64>, now_ms: u64) -> Timings {
+        let total = created_ms.map_or(0.0, |c| now_ms.saturating_sub(c) as f64);
+        Timings {
+            queue: total,
+            infer: 0.0,
+            total,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Position;
+    use fleet_proto::{headers as h, Status};
+
+    const NOW: u64 = 1_764_000_001_000;
+
+    fn policy() -> AdmissionPolicy {
+        AdmissionPolicy {
+            model: ModelName::parse("minilm").unwrap(),
+            version: 4,
+            max_text_bytes: 64,
+            request_ttl_ms: 30_000,
+        }
+    }
+
+    fn envelope(content_type: ContentType) -> Envelope {
+        Envelope {
+            id: RequestId::parse("r1").unwrap(),
+            source: "test".into(),
+            created_ms: NOW - 1_000,
+            content_type,
+            deadline_ms: None,
+            parts: 1,
+        }
+    }
+
+    fn inbound(envelope: &Envelope, payload: &[u8]) -> Inbound {
+        Inbound {
+            position: Position {
+                partition: 0,
+                offset: 7,
+            },
+            key: Some(envelope.id.as_str().as_bytes().to_vec()),
+            headers: envelope
+                .to_headers()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), Some(v.into_bytes())))
+                .collect(),
+            payload: Some(payload.to_vec()),
+        }
+    }
+
+    fn error_code(admission: Admission) -> ErrorCode {
+        match admission {
+            Admission::Answer { answer, .. } => {
+                assert_eq!(answer.status, Status::Error);
+                assert_eq!((answer.model.as_str(), answer.version), ("minilm", 4));
+                answer.error.unwrap().code
+            }
+            other => panic!("expected an error answer, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn admits_valid_text_with_its_deadline() {
+        match policy().admit(
+            &inbound(&envelope(ContentType::Text), "hello there".as_bytes()),
+            NOW,
+        ) {
+            Admission::Text(req) => {
+                assert_eq!(req.text, "hello there");
+                assert_eq!(req.deadline_ms, NOW - 1_000 + 30_000);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_bad_input_gets_its_stable_code() {
+        let p = policy();
+        let text = envelope(ContentType::Text);
+        assert_eq!(
+            error_code(p.admit(&inbound(&text, b""), NOW)),
+            ErrorCode::EmptyInput
+        );
+        assert_eq!(
+            error_code(p.admit(&inbound(&text, b" \n\t "), NOW)),
+            ErrorCode::EmptyInput
+        );
+        assert_eq!(
+            error_code(p.admit(&inbound(&text, b"caf\xe9"), NOW)),
+            ErrorCode::DecodeFailed
+        );
+        assert_eq!(
+            error_code(p.admit(&inbound(&text, &[b'a'; 65]), NOW)),
+            ErrorCode::TextTooLong
+        );
+        let image = envelope(ContentType::Png);
+        assert_eq!(
+            error_code(p.admit(&inbound(&image, b"\x89PNG"), NOW)),
+            ErrorCode::UnsupportedFormat
+        );
+
+        let mut no_time = inbound(&text, b"hi");
+        no_time.headers.retain(|(k, _)| k != h::TIME);
+        assert_eq!(error_code(p.admit(&no_time, NOW)), ErrorCode::BadRequest);
+        let mut unknown_type = inbound(&text, b"hi");
+        for (k, v) in &mut unknown_type.headers {
+            if k == h::CONTENT_TYPE {
+                *v = Some(b"application/x-thing".to_vec());
+            }
+        }
+        assert_eq!(
+            error_code(p.admit(&unknown_type, NOW)),
+            ErrorCode::UnsupportedFormat
+        );
+        let mut no_payload = inbound(&text, b"");
+        no_payload.payload = None;
+        assert_eq!(error_code(p.admit(&no_payload, NOW)), ErrorCode::EmptyInput);
+    }
+
+    #[test]
+    fn past_deadline_is_expired_before_any_other_check() {
+        let mut env = envelope(ContentType::Text);
+        env.deadline_ms = Some(NOW);
+        match policy().admit(&inbound(&env, b""), NOW) {
+            Admission::Answer { answer, .. } => assert_eq!(answer.status, Status::Expired),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unreadable_id_goes_to_the_dead_letter_topic() {
+        let mut msg = inbound(&envelope(ContentType::Text), b"hi");
+        msg.key = None;
+        msg.headers.retain(|(k, _)| k != h::ID);
+        assert!(matches!(
+            policy().admit(&msg, NOW),
+            Admission::DeadLetter {
+                reason: "unreadable_request_id",
+                ..
+            }
+        ));
+        msg.headers.clear();
+        msg.key = Some(b"bad key!".to_vec());
+        assert!(matches!(
+            policy().admit(&msg, NOW),
+            Admission::DeadLetter { .. }
+        ));
+    }
+}

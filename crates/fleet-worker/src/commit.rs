@@ -1,0 +1,123 @@
+//! The commit watermark: which offset of each partition may be committed.
+//!
+//! Requests finish out of order (batches regroup them by length, some are
+//! answered at once), but a Kafka commit says "everything before this offset
+//! is done". So a partition's commit position is its lowest offset still in
+//! flight, or one past the highest seen when nothing is. Pure state machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Default)]
+struct PartitionState {
+    in_flight: BTreeSet<i64>,
+    highest_seen: Option<i64>,
+    /// Last position handed out for committing.
+    committed: Option<i64>,
+}
+
+impl PartitionState {
+    fn position(&self) -> Option<i64> {
+        self.in_flight
+            .first()
+            .copied()
+            .or_else(|| self.highest_seen.map(|h| h + 1))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct CommitTracker {
+    partitions: BTreeMap<i32, PartitionState>,
+}
+
+impl CommitTracker {
+    /// A message was read and is now in flight.
+    pub fn track(&mut self, partition: i32, offset: i64) {
+        let state = self.partitions.entry(partition).or_default();
+        // The first offset read is where the group already stands.
+        state.committed.get_or_insert(offset);
+        state.in_flight.insert(offset);
+        state.highest_seen = Some(state.highest_seen.map_or(offset, |h| h.max(offset)));
+    }
+
+    /// The message at `offset` is answered. Returns the new commit position
+    /// (next offset to consume) when it moved forward.
+    pub fn complete(&mut self, partition: i32, offset: i64) -> Option<i64> {
+        let state = self.partitions.get_mut(&partition)?;
+        if !state.in_flight.remove(&offset) {
+            return None; // not ours (revoked and reassigned since), or done twice
+        }
+        let position = state.position()?;
+        if state.committed.is_some_and(|c| c >= position) {
+            return None;
+        }
+        state.committed = Some(position);
+        Some(position)
+    }
+
+    /// The partition was revoked: forget it, late completions are ignored.
+    pub fn forget(&mut self, partition: i32) {
+        self.partitions.remove(&partition);
+    }
+
+    /// Messages read but not answered yet, over all partitions.
+    pub fn in_flight(&self) -> usize {
+        self.partitions.values().map(|s| s.in_flight.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn waits_for_the_lowest_offset() {
+        let mut t = CommitTracker::default();
+        for o in 10..13 {
+            t.track(0, o);
+        }
+        assert_eq!(t.complete(0, 12), None);
+        assert_eq!(t.complete(0, 11), None);
+        assert_eq!(t.complete(0, 10), Some(13));
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn partitions_are_independent_and_revocation_forgets() {
+        let mut t = CommitTracker::default();
+        t.track(0, 5);
+        t.track(1, 9);
+        assert_eq!(t.complete(1, 9), Some(10));
+        t.forget(0);
+        assert_eq!(t.complete(0, 5), None);
+        assert_eq!(t.complete(1, 9), None, "a second completion is ignored");
+    }
+
+    proptest! {
+        /// Whatever order messages finish in, the position handed out never
+        /// passes an unfinished offset, never goes back, and ends one past
+        /// the last offset.
+        #[test]
+        fn position_is_safe_and_reaches_the_end(
+            gaps in proptest::collection::vec(1i64..3, 1..60),
+            order_seed in proptest::collection::vec(any::<u32>(), 60),
+        ) {
+            let offsets: Vec<i64> = gaps.iter().scan(0i64, |acc, g| { *acc += g; Some(*acc) }).collect();
+            let mut t = CommitTracker::default();
+            for &o in &offsets { t.track(3, o); }
+            let mut finish: Vec<(u32, i64)> = offsets.iter().zip(&order_seed).map(|(&o, &k)| (k, o)).collect();
+            finish.sort();
+            let mut done = BTreeSet::new();
+            let mut last = i64::MIN;
+            for (_, o) in finish {
+                done.insert(o);
+                if let Some(p) = t.complete(3, o) {
+                    prop_assert!(p > last);
+                    last = p;
+                    prop_assert!(offsets.iter().filter(|&&x| x < p).all(|x| done.contains(x)));
+                }
+            }
+            prop_assert_eq!(last, offsets.last().unwrap() + 1);
+        }
+    }
+}

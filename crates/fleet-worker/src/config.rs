@@ -1,0 +1,280 @@
+//! The worker's configuration: command line and environment (clap) for where
+//! things are, the model's `config.toml` for how the model is served. Both
+//! are validated at start, and a bad value names its key.
+
+use clap::Parser;
+use fleet_proto::ModelName;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    version,
+    about = "Kafka-fed inference worker: one consumer group per model"
+)]
+pub struct WorkerArgs {
+    /// The model to serve: consumes infer.<model> in group fleet.<model>.
+    #[arg(long, env = "FLEET_MODEL")]
+    pub model: ModelName,
+    /// The model repository (models/<model>/config.toml, models/<model>/<version>/).
+    #[arg(long, env = "FLEET_MODEL_REPO", default_value = "models")]
+    pub model_repo: PathBuf,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+    /// Extra librdkafka property for the consumer and DLQ producer, key=value (repeatable).
+    #[arg(long = "kafka-property", value_parser = parse_property)]
+    pub kafka_properties: Vec<(String, String)>,
+    /// Redis URL (redis:// or rediss://, user and password may be in the URL).
+    #[arg(
+        long,
+        env = "FLEET_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    pub redis: String,
+    /// Where /metrics, /healthz and /ready are served.
+    #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: SocketAddr,
+    /// libtorch intra-op threads. 1 is the measured best on a 2-core machine
+    /// shared with the consumer (see docs/benchmarks.md); raise it on big hosts.
+    #[arg(long, env = "FLEET_INTRA_OP_THREADS", default_value_t = 1)]
+    pub intra_op_threads: usize,
+    /// cpu, cuda, or auto (CUDA when available).
+    #[arg(long, env = "FLEET_DEVICE", default_value = "auto")]
+    pub device: DeviceChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceChoice {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+fn parse_property(raw: &str) -> Result<(String, String), String> {
+    raw.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected key=value, got {raw:?}"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    Text,
+    Image,
+}
+
+/// `models/<model>/config.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    /// Serve this version instead of the highest one.
+    pub version: Option<u64>,
+    pub text: Option<TextConfig>,
+    pub batching: BatchingConfig,
+    #[serde(default)]
+    pub ttl: TtlConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextConfig {
+    pub max_seq_len: usize,
+    #[serde(default = "default_true")]
+    pub truncate: bool,
+    #[serde(default = "default_max_text_bytes")]
+    pub max_text_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchingConfig {
+    pub max_batch_size: usize,
+    pub max_wait_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtlConfig {
+    #[serde(default = "default_request_ttl_ms")]
+    pub request_ttl_ms: u64,
+    #[serde(default = "default_result_ttl_s")]
+    pub result_ttl_s: u64,
+    #[serde(default = "default_feature_ttl_s")]
+    pub feature_ttl_s: u64,
+}
+
+impl Default for TtlConfig {
+    fn default() -> Self {
+        Self {
+            request_ttl_ms: default_request_ttl_ms(),
+            result_ttl_s: default_result_ttl_s(),
+            feature_ttl_s: default_feature_ttl_s(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_max_text_bytes() -> usize {
+    64 * 1024
+}
+fn default_request_ttl_ms() -> u64 {
+    30_000
+}
+fn default_result_ttl_s() -> u64 {
+    30
+}
+fn default_feature_ttl_s() -> u64 {
+    300
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("{path}: {key} {problem}")]
+    Invalid {
+        path: PathBuf,
+        key: &'static str,
+        problem: String,
+    },
+}
+
+impl ModelConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let raw = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let config: Self = toml::from_str(&raw).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        config
+            .validate()
+            .map_err(|(key, problem)| ConfigError::Invalid {
+                path: path.to_owned(),
+                key,
+                problem,
+            })?;
+        Ok(config)
+    }
+
+    /// The text section; validation guarantees it for text models.
+    pub fn text(&self) -> Option<&TextConfig> {
+        self.text.as_ref()
+    }
+
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.kind == ModelKind::Text {
+            let Some(text) = &self.text else {
+                return Err(("text", "section is required for kind = \"text\"".into()));
+            };
+            if !(2..=8192).contains(&text.max_seq_len) {
+                return Err((
+                    "text.max_seq_len",
+                    format!("= {} must be within 2..=8192", text.max_seq_len),
+                ));
+            }
+            if text.max_text_bytes == 0 {
+                return Err(("text.max_text_bytes", "must be above 0".into()));
+            }
+        }
+        if !(1..=4096).contains(&self.batching.max_batch_size) {
+            return Err((
+                "batching.max_batch_size",
+                format!("= {} must be within 1..=4096", self.batching.max_batch_size),
+            ));
+        }
+        if self.batching.max_wait_ms > 60_000 {
+            return Err(("batching.max_wait_ms", "must be at most 60000".into()));
+        }
+        for (key, value) in [
+            ("ttl.request_ttl_ms", self.ttl.request_ttl_ms),
+            ("ttl.result_ttl_s", self.ttl.result_ttl_s),
+            ("ttl.feature_ttl_s", self.ttl.feature_ttl_s),
+        ] {
+            if value == 0 {
+                return Err((key, "must be above 0".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &str) -> Result<ModelConfig, String> {
+        let config: ModelConfig = toml::from_str(raw).map_err(|e| e.to_string())?;
+        config
+            .validate()
+            .map_err(|(key, problem)| format!("{key} {problem}"))?;
+        Ok(config)
+    }
+
+    const GOOD: &str = r#"
+        kind = "text"
+        [text]
+        max_seq_len = 256
+        [batching]
+        max_batch_size = 32
+        max_wait_ms = 5
+    "#;
+
+    #[test]
+    fn defaults_fill_ttls_and_text_limits() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(
+            (
+                c.ttl.request_ttl_ms,
+                c.ttl.result_ttl_s,
+                c.ttl.feature_ttl_s
+            ),
+            (30_000, 30, 300)
+        );
+        let text = c.text().unwrap();
+        assert!(text.truncate);
+        assert_eq!(text.max_text_bytes, 65536);
+    }
+
+    #[test]
+    fn the_shipped_config_is_valid() {
+        let raw = include_str!("../../../scripts/models/minilm.config.toml");
+        parse(raw).unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = parse(&GOOD.replace("max_batch_size = 32", "max_batch_size = 0")).unwrap_err();
+        assert!(err.starts_with("batching.max_batch_size"), "{err}");
+        let err = parse(&GOOD.replace("max_seq_len = 256", "max_seq_len = 1")).unwrap_err();
+        assert!(err.starts_with("text.max_seq_len"), "{err}");
+        let err =
+            parse(&GOOD.replace("max_wait_ms = 5", "max_wait_ms = 5\nmax_wiat = 1")).unwrap_err();
+        assert!(err.contains("max_wiat"), "{err}");
+        let err = parse(
+            r#"kind = "text"
+            [batching]
+            max_batch_size = 1
+            max_wait_ms = 1"#,
+        )
+        .unwrap_err();
+        assert!(err.starts_with("text "), "{err}");
+    }
+}

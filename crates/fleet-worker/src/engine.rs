@@ -1,0 +1,129 @@
+//! The engine: TorchScript models through libtorch (tch), on CPU or CUDA.
+//!
+//! Everything here blocks, so it runs on a dedicated thread, never on the
+//! async runtime. A text batch is padded to its longest row (not to a fixed
+//! length) and passed as `(input_ids, attention_mask)`; the model returns
+//! one pooled, normalised embedding per row.
+
+use crate::config::DeviceChoice;
+use std::path::Path;
+use tch::{CModule, Device, Kind, Tensor};
+
+/// `[PAD]` of BERT-style vocabularies; masked out, so its value never counts.
+pub const PAD_ID: i64 = 0;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("loading {path}: {source}")]
+    Load { path: String, source: tch::TchError },
+    #[error("model call failed: {0}")]
+    Forward(#[from] tch::TchError),
+    #[error("CUDA was asked for, but libtorch sees no CUDA device")]
+    NoCuda,
+    #[error("model returned shape {got:?}, expected [{rows}, dim]")]
+    BadShape { got: Vec<i64>, rows: usize },
+}
+
+pub fn choose_device(choice: DeviceChoice) -> Result<Device, EngineError> {
+    match choice {
+        DeviceChoice::Cpu => Ok(Device::Cpu),
+        DeviceChoice::Auto => Ok(Device::cuda_if_available()),
+        DeviceChoice::Cuda if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
+        DeviceChoice::Cuda => Err(EngineError::NoCuda),
+    }
+}
+
+/// A padded batch: row-major `rows × len` ids and the matching 0/1 mask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Padded {
+    pub ids: Vec<i64>,
+    pub mask: Vec<i64>,
+    pub rows: usize,
+    pub len: usize,
+}
+
+/// Pads every row to the longest one. Pure, so the padding rule is testable
+/// without libtorch.
+pub fn pad_to_longest(rows: &[&[i64]]) -> Padded {
+    let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(rows.len() * len);
+    let mut mask = Vec::with_capacity(rows.len() * len);
+    for row in rows {
+        ids.extend_from_slice(row);
+        ids.extend(std::iter::repeat_n(PAD_ID, len - row.len()));
+        mask.extend(std::iter::repeat_n(1, row.len()));
+        mask.extend(std::iter::repeat_n(0, len - row.len()));
+    }
+    Padded {
+        ids,
+        mask,
+        rows: rows.len(),
+        len,
+    }
+}
+
+pub struct TextEngine {
+    module: CModule,
+    device: Device,
+}
+
+impl TextEngine {
+    pub fn load(path: &Path, device: Device) -> Result<Self, EngineError> {
+        let mut module =
+            CModule::load_on_device(path, device).map_err(|source| EngineError::Load {
+                path: path.display().to_string(),
+                source,
+            })?;
+        module.set_eval();
+        Ok(Self { module, device })
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// One embedding per row, in row order.
+    pub fn embed(&self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, EngineError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let padded = pad_to_longest(rows);
+        let shape = [padded.rows as i64, padded.len as i64];
+        let _no_grad = tch::no_grad_guard();
+        let ids = Tensor::from_slice(&padded.ids)
+            .view(shape)
+            .to_device(self.device);
+        let mask = Tensor::from_slice(&padded.mask)
+            .view(shape)
+            .to_device(self.device);
+        let out = self.module.forward_ts(&[ids, mask])?;
+        let size = out.size();
+        if size.len() != 2 || size[0] != padded.rows as i64 {
+            return Err(EngineError::BadShape {
+                got: size,
+                rows: padded.rows,
+            });
+        }
+        let out = out.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+        Ok(Vec::<Vec<f32>>::try_from(&out)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pads_each_row_to_the_longest_and_masks_the_padding() {
+        let p = pad_to_longest(&[&[101, 7, 102], &[101, 102]]);
+        assert_eq!((p.rows, p.len), (2, 3));
+        assert_eq!(p.ids, vec![101, 7, 102, 101, 102, PAD_ID]);
+        assert_eq!(p.mask, vec![1, 1, 1, 1, 1, 0]);
+    }
+
+    #[test]
+    fn an_empty_batch_is_empty() {
+        let p = pad_to_longest(&[]);
+        assert_eq!((p.rows, p.len, p.ids.len()), (0, 0, 0));
+    }
+}

@@ -1,0 +1,19 @@
+//! The fleet worker: consumes `infer.<model>`, answers into Redis.
+//!
+//! Modules follow a request's path: [`source`] (Kafka, offsets) →
+//! [`admission`] (validation, deadlines) → [`tokenize`] → [`batcher`] (pure)
+//! → [`engine`] (libtorch) → [`sink`] (Redis, DLQ), wired by [`pipeline`],
+//! with [`config`], [`repository`] and [`metrics`] beside them.
+
+pub mod admission;
+pub mod batcher;
+pub mod commit;
+pub mod config;
+pub mod engine;
+pub mod message;
+pub mod metrics;
+pub mod pipeline;
+pub mod repository;
+pub mod sink;
+pub mod source;
+pub mod tokenize;

@@ -1,0 +1,41 @@
+//! `fleet-worker --model <name>`: one consumer-group member serving one model.
+
+use clap::Parser;
+use fleet_worker::config::WorkerArgs;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,librdkafka=warn".into()),
+        )
+        .init();
+    let args = WorkerArgs::parse();
+    fleet_worker::pipeline::run(args, shutdown_signal()).await
+}
+
+/// SIGTERM (Kubernetes) or Ctrl-C: stop reading, drain, commit, exit.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C only");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+}

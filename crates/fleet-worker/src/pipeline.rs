@@ -1,0 +1,482 @@
+//! The worker's data path, wired: source → admission → tokenize → batcher →
+//! engine (its own thread) → sink. Each stage is a task joined to the next by
+//! a bounded channel, so a slow stage stops the ones before it instead of
+//! letting memory grow; the consumer simply stops reading.
+//!
+//! Shutdown is the same path run dry: the source stops reading, each stage
+//! finishes what it holds and closes its output, the sink writes the last
+//! answers, and the stored offsets are committed before `run` returns.
+
+use crate::admission::{Admission, AdmissionPolicy};
+use crate::batcher::{BatchLimits, Batcher};
+use crate::config::WorkerArgs;
+use crate::engine::{choose_device, TextEngine};
+use crate::message::{Inbound, Position};
+use crate::metrics as m;
+use crate::repository::{self, ModelVersion};
+use crate::sink::{DeadLetters, Finished, ResultSink};
+use crate::source::{Committer, Source};
+use crate::tokenize::{TextTokenizer, TokenizeError};
+use anyhow::{bail, Context, Result};
+use fleet_proto::{Answer, ErrorCode, ModelName, RequestId, Status, Timings};
+use rdkafka::ClientConfig;
+use serde_json::json;
+use std::future::Future;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+
+/// Wall-clock now in Unix epoch ms: deadlines and `ce_time` are wall clock.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A tokenized request waiting for a batch.
+#[derive(Debug)]
+struct Job {
+    position: Position,
+    id: RequestId,
+    ids: Vec<i64>,
+    truncated: bool,
+    created_ms: u64,
+    deadline_ms: u64,
+}
+
+enum SinkItem {
+    Answers(Vec<Finished>),
+    DeadLetter {
+        inbound: Box<Inbound>,
+        reason: &'static str,
+        detail: String,
+    },
+}
+
+/// How many tokenized requests may wait for the batcher, beyond what it holds.
+const JOB_QUEUE: usize = 256;
+/// Batches formed ahead of the engine: one runs while the next is formed.
+const BATCH_QUEUE: usize = 1;
+const SINK_QUEUE: usize = 64;
+
+pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let version = repository::resolve(&args.model_repo, &args.model)?;
+    let text = version
+        .config
+        .text()
+        .cloned()
+        .context("only text models are served so far")?;
+    let tokenizer = TextTokenizer::load(
+        &version.file("tokenizer.json"),
+        text.max_seq_len,
+        text.truncate,
+    )?;
+    let policy = AdmissionPolicy {
+        model: args.model.clone(),
+        version: version.version,
+        max_text_bytes: text.max_text_bytes,
+        request_ttl_ms: version.config.ttl.request_ttl_ms,
+    };
+    m::install(args.metrics_addr).context("starting the metrics listener")?;
+
+    let mut kafka = ClientConfig::new();
+    kafka.set("bootstrap.servers", &args.brokers);
+    for (key, value) in &args.kafka_properties {
+        kafka.set(key, value);
+    }
+    let results = ResultSink::connect(&args.redis, version.config.ttl.result_ttl_s)
+        .await
+        .context("connecting to Redis")?;
+    let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic())?;
+
+    let (batch_tx, batch_rx) = mpsc::channel::<Vec<Job>>(BATCH_QUEUE);
+    let (sink_tx, sink_rx) = mpsc::channel::<SinkItem>(SINK_QUEUE);
+    let engine = spawn_engine(&args, &version, batch_rx, sink_tx.clone())?;
+    engine
+        .ready
+        .await
+        .context("engine thread died during warm-up")??;
+    tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
+
+    let source = Source::subscribe(kafka, &args.model.consumer_group(), &args.model.topic())?;
+    let committer = source.committer();
+    let sink = tokio::spawn(run_sink(
+        args.model.clone(),
+        sink_rx,
+        results,
+        dead_letters,
+        committer.clone(),
+    ));
+    let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
+    let limits = BatchLimits {
+        max_batch_size: version.config.batching.max_batch_size,
+        max_wait_ms: version.config.batching.max_wait_ms,
+    };
+    let batcher = tokio::spawn(run_batcher(
+        job_rx,
+        batch_tx,
+        sink_tx.clone(),
+        limits,
+        policy.clone(),
+    ));
+
+    consume(&source, &policy, &tokenizer, &job_tx, &sink_tx, shutdown).await;
+    tracing::info!(in_flight = source.in_flight(), "draining");
+    drop((job_tx, sink_tx));
+    batcher.await.context("batcher task")?;
+    if engine.thread.join().is_err() {
+        bail!("engine thread panicked");
+    }
+    sink.await.context("sink task")?;
+    committer.commit_now().context("final offset commit")?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+async fn consume(
+    source: &Source,
+    policy: &AdmissionPolicy,
+    tokenizer: &TextTokenizer,
+    jobs: &mpsc::Sender<Job>,
+    sink: &mpsc::Sender<SinkItem>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let inbound = tokio::select! {
+            _ = &mut shutdown => return,
+            received = source.recv() => match received {
+                Ok(inbound) => inbound,
+                Err(e) => {
+                    tracing::warn!(error = %e, "kafka receive failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            },
+        };
+        let position = inbound.position.clone();
+        let sent = match policy.admit(&inbound, now_ms()) {
+            Admission::Text(request) => {
+                let id = request.envelope.id.clone();
+                match tokenizer.tokenize(&request.text) {
+                    Ok(tokens) => {
+                        let job = Job {
+                            position,
+                            id,
+                            ids: tokens.ids,
+                            truncated: tokens.truncated,
+                            created_ms: request.envelope.created_ms,
+                            deadline_ms: request.deadline_ms,
+                        };
+                        jobs.send(job).await.is_ok()
+                    }
+                    Err(e) => {
+                        let code = match e {
+                            TokenizeError::TooLong { .. } => ErrorCode::TextTooLong,
+                            _ => ErrorCode::DecodeFailed,
+                        };
+                        let answer = Answer::error(
+                            policy.model.as_str(),
+                            policy.version,
+                            code,
+                            e.to_string(),
+                            timings(request.envelope.created_ms, None, now_ms()),
+                        );
+                        sink.send(SinkItem::Answers(vec![Finished {
+                            position,
+                            id,
+                            answer,
+                        }]))
+                        .await
+                        .is_ok()
+                    }
+                }
+            }
+            Admission::Answer { id, answer } => {
+                if answer.status == Status::Expired {
+                    metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string())
+                        .increment(1);
+                }
+                sink.send(SinkItem::Answers(vec![Finished {
+                    position,
+                    id,
+                    answer,
+                }]))
+                .await
+                .is_ok()
+            }
+            Admission::DeadLetter { reason, detail } => sink
+                .send(SinkItem::DeadLetter {
+                    inbound: Box::new(inbound),
+                    reason,
+                    detail,
+                })
+                .await
+                .is_ok(),
+        };
+        if !sent {
+            tracing::error!("pipeline closed under the consumer; stopping");
+            return;
+        }
+    }
+}
+
+fn timings(created_ms: u64, infer: Option<(u64, f64)>, now_ms: u64) -> Timings {
+    let total = now_ms.saturating_sub(created_ms) as f64;
+    match infer {
+        Some((started_ms, infer_ms)) => Timings {
+            queue: started_ms.saturating_sub(created_ms) as f64,
+            infer: infer_ms,
+            total,
+        },
+        None => Timings {
+            queue: total,
+            infer: 0.0,
+            total,
+        },
+    }
+}
+
+async fn run_batcher(
+    mut jobs: mpsc::Receiver<Job>,
+    batches: mpsc::Sender<Vec<Job>>,
+    sink: mpsc::Sender<SinkItem>,
+    limits: BatchLimits,
+    policy: AdmissionPolicy,
+) {
+    let mut batcher: Batcher<Job> = Batcher::new(limits);
+    let mut open = true;
+    while open || !batcher.is_empty() {
+        let now = now_ms();
+        let polled = if open {
+            batcher.poll(now)
+        } else {
+            batcher.flush(now)
+        };
+        if !polled.expired.is_empty() {
+            metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string())
+                .increment(polled.expired.len() as u64);
+            let answers = polled
+                .expired
+                .into_iter()
+                .map(|job| Finished {
+                    answer: Answer::expired(
+                        policy.model.as_str(),
+                        policy.version,
+                        timings(job.created_ms, None, now),
+                    ),
+                    position: job.position,
+                    id: job.id,
+                })
+                .collect();
+            if sink.send(SinkItem::Answers(answers)).await.is_err() {
+                return;
+            }
+        }
+        if let Some(batch) = polled.batch {
+            if batches.send(batch).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        if !open {
+            continue;
+        }
+        let wake = polled
+            .wake_at_ms
+            .map(|at| Duration::from_millis(at.saturating_sub(now)));
+        tokio::select! {
+            job = jobs.recv() => match job {
+                Some(job) => {
+                    let deadline = job.deadline_ms;
+                    batcher.push(job, deadline, now_ms());
+                }
+                None => open = false,
+            },
+            _ = sleep_or_forever(wake) => {}
+        }
+    }
+}
+
+async fn sleep_or_forever(wait: Option<Duration>) {
+    match wait {
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct EngineHandle {
+    thread: std::thread::JoinHandle<()>,
+    ready: oneshot::Receiver<Result<()>>,
+}
+
+fn spawn_engine(
+    args: &WorkerArgs,
+    version: &ModelVersion,
+    mut batches: mpsc::Receiver<Vec<Job>>,
+    sink: mpsc::Sender<SinkItem>,
+) -> Result<EngineHandle> {
+    let device = choose_device(args.device)?;
+    let threads = args.intra_op_threads.max(1) as i32;
+    let path = version.file("model.pt");
+    let (model, number) = (version.name.to_string(), version.version);
+    let (ready_tx, ready) = oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || {
+            tch::set_num_threads(threads);
+            tch::set_num_interop_threads(1);
+            let engine = match TextEngine::load(&path, device)
+                .and_then(|engine| warm_up(&engine).map(|()| engine))
+            {
+                Ok(engine) => engine,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            tracing::info!(?device, threads, "engine ready");
+            let _ = ready_tx.send(Ok(()));
+            while let Some(batch) = batches.blocking_recv() {
+                let finished = run_batch(&engine, &model, number, batch);
+                if sink.blocking_send(SinkItem::Answers(finished)).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(EngineHandle { thread, ready })
+}
+
+/// Runs each shape class once so the first real request does not pay for
+/// libtorch's first-call optimisation.
+fn warm_up(engine: &TextEngine) -> Result<(), crate::engine::EngineError> {
+    for len in [8usize, 32, 128] {
+        let row: Vec<i64> = std::iter::once(101)
+            .chain(std::iter::repeat_n(1000, len - 2))
+            .chain([102])
+            .collect();
+        engine.embed(&[&row, &row[..len / 2]])?;
+    }
+    Ok(())
+}
+
+fn run_batch(engine: &TextEngine, model: &str, version: u64, batch: Vec<Job>) -> Vec<Finished> {
+    let started_ms = now_ms();
+    let started = Instant::now();
+    let rows: Vec<&[i64]> = batch.iter().map(|j| j.ids.as_slice()).collect();
+    let outcome = engine.embed(&rows);
+    let infer_s = started.elapsed().as_secs_f64();
+    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let real: usize = rows.iter().map(|r| r.len()).sum();
+    metrics::histogram!(m::BATCH_SIZE, "model" => model.to_owned()).record(rows.len() as f64);
+    metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_owned())
+        .record((rows.len() * longest) as f64);
+    metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_owned())
+        .record(real as f64 / (rows.len() * longest).max(1) as f64);
+    metrics::histogram!(m::INFERENCE_SECONDS, "model" => model.to_owned()).record(infer_s);
+    let embeddings = match outcome {
+        Ok(embeddings) => embeddings.into_iter().map(Ok).collect::<Vec<_>>(),
+        Err(e) => {
+            // One bad row must not fail its neighbours: retry each row alone,
+            // once; a row that fails alone is answered model_failed.
+            tracing::warn!(error = %e, rows = rows.len(), "batch failed; retrying rows one by one");
+            rows.iter()
+                .map(|row| {
+                    engine
+                        .embed(&[row])
+                        .map(|mut v| v.remove(0))
+                        .map_err(|e| e.to_string())
+                })
+                .collect()
+        }
+    };
+    let infer_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let done_ms = now_ms();
+    batch
+        .into_iter()
+        .zip(embeddings)
+        .map(|(job, embedding)| {
+            let t = timings(job.created_ms, Some((started_ms, infer_ms)), done_ms);
+            metrics::histogram!(m::QUEUE_WAIT_SECONDS, "model" => model.to_owned()).record(t.queue / 1000.0);
+            let answer = match embedding {
+                Ok(embedding) => Answer::ok(
+                    model,
+                    version,
+                    json!({ "embedding": embedding, "tokens": job.ids.len(), "truncated": job.truncated }),
+                    t,
+                ),
+                Err(message) => Answer::error(model, version, ErrorCode::ModelFailed, message, t),
+            };
+            Finished { position: job.position, id: job.id, answer }
+        })
+        .collect()
+}
+
+async fn run_sink(
+    model: ModelName,
+    mut items: mpsc::Receiver<SinkItem>,
+    mut results: ResultSink,
+    dead_letters: DeadLetters,
+    committer: Committer,
+) {
+    while let Some(item) = items.recv().await {
+        match item {
+            SinkItem::Answers(finished) => {
+                let mut backoff = Backoff::new();
+                while let Err(e) = results.write(&finished).await {
+                    backoff.wait("redis write", &e).await;
+                }
+                for f in &finished {
+                    let model = f.answer.model.clone();
+                    metrics::counter!(m::REQUESTS_TOTAL, "model" => model.clone(), "status" => f.answer.status.as_str()).increment(1);
+                    metrics::histogram!(m::E2E_SECONDS, "model" => model)
+                        .record(f.answer.timings_ms.total / 1000.0);
+                    tracing::debug!(id = %f.id, status = f.answer.status.as_str(), "answered");
+                    committer.done(&f.position);
+                }
+            }
+            SinkItem::DeadLetter {
+                inbound,
+                reason,
+                detail,
+            } => {
+                let mut backoff = Backoff::new();
+                while let Err(e) = dead_letters.send(&inbound, reason, &detail).await {
+                    backoff.wait("dead-letter send", &e).await;
+                }
+                metrics::counter!(m::DLQ_TOTAL, "model" => model.to_string(), "reason" => reason)
+                    .increment(1);
+                tracing::warn!(
+                    reason,
+                    detail,
+                    partition = inbound.position.partition,
+                    offset = inbound.position.offset,
+                    "dead-lettered"
+                );
+                committer.done(&inbound.position);
+            }
+        }
+    }
+}
+
+/// Capped exponential backoff for retrying a write. The item is held
+/// meanwhile; the bounded channels behind it stop the consumer, so nothing
+/// piles up while Redis or the broker is away.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(50);
+    const CAP: Duration = Duration::from_secs(5);
+
+    fn new() -> Self {
+        Self { next: Self::FIRST }
+    }
+
+    async fn wait(&mut self, what: &str, error: &(dyn std::fmt::Display + Sync)) {
+        tracing::warn!(error = %error, retry_in = ?self.next, "{what} failed");
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Self::CAP);
+    }
+}

@@ -1,0 +1,282 @@
+//! Real servers for integration tests: a nisshi broker and a redis-server on
+//! free ports, and the real `fleet-worker` binary on the real model. Each is
+//! stopped when its handle drops.
+
+#![allow(dead_code)]
+
+use fleet_producer::topics::{ensure_topics, TopicSettings};
+use fleet_producer::KafkaConfig;
+use fleet_proto::ModelName;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+fn wait_for_port(port: u16, what: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited with {status} before listening on {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on {port} within 20 s");
+}
+
+fn log_file(name: &str) -> std::fs::File {
+    let dir = std::env::temp_dir().join("fleet-test-logs");
+    std::fs::create_dir_all(&dir).expect("log dir");
+    std::fs::File::create(dir.join(format!("{name}-{}.log", std::process::id()))).expect("log file")
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub struct Broker {
+    _process: Killed,
+    pub addr: String,
+}
+
+impl Broker {
+    pub fn start() -> Self {
+        let bin = std::env::var("FLEET_NISSHI_BIN").unwrap_or_else(|_| "nisshi".into());
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut child = Command::new(&bin)
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", "memory://nisshi/"])
+            .stdout(Stdio::null())
+            .stderr(log_file(&format!("nisshi-{port}")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin} (run make setup): {e}"));
+        wait_for_port(port, "nisshi", &mut child);
+        Self {
+            _process: Killed(child),
+            addr: format!("127.0.0.1:{port}"),
+        }
+    }
+
+    pub fn kafka(&self) -> KafkaConfig {
+        KafkaConfig::new(self.addr.clone())
+    }
+
+    pub async fn create_topics(&self, model: &ModelName, partitions: i32) {
+        let settings = TopicSettings {
+            partitions,
+            ..TopicSettings::default()
+        };
+        ensure_topics(&self.kafka(), model, settings)
+            .await
+            .expect("creating topics");
+    }
+}
+
+pub struct Redis {
+    _process: Killed,
+    pub port: u16,
+}
+
+impl Redis {
+    pub fn start() -> Self {
+        let port = free_port();
+        let mut child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting redis-server (run make setup)");
+        wait_for_port(port, "redis-server", &mut child);
+        Self {
+            _process: Killed(child),
+            port,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection")
+    }
+}
+
+pub fn model_repo() -> PathBuf {
+    std::env::var_os("FLEET_MODEL_REPO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models"))
+}
+
+pub struct Worker {
+    process: Option<Child>,
+    pub metrics: SocketAddr,
+}
+
+impl Worker {
+    pub fn start(model: &str, broker: &Broker, redis: &Redis, extra: &[&str]) -> Self {
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_fleet-worker"))
+            .args([
+                "--model",
+                model,
+                "--brokers",
+                &broker.addr,
+                "--redis",
+                &redis.url(),
+            ])
+            .arg("--model-repo")
+            .arg(model_repo())
+            .args(["--metrics-addr", &metrics.to_string()])
+            .args(extra)
+            .env("RUST_LOG", "info,librdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(log_file(&format!("worker-{model}-{}", metrics.port())))
+            .spawn()
+            .expect("starting fleet-worker");
+        Self {
+            process: Some(child),
+            metrics,
+        }
+    }
+
+    /// The worker's /metrics text.
+    pub async fn scrape(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.metrics)
+            .await
+            .expect("metrics port");
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await.unwrap();
+        body
+    }
+
+    /// SIGTERM, then wait: the worker drains and commits before it exits.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.process.take().expect("worker already stopped");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        child.wait().expect("worker wait")
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sums the samples of a counter whose label set contains every `labels` pair.
+pub fn metric_value(scrape: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Integration tests each run a worker; two at once would fight over the two
+/// cores and slow both. They take this lock.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Polls until the group's committed offset of every partition of `topic`
+/// equals the partition's high watermark; returns the last (committed, high)
+/// pairs seen either way, for the assertion message.
+pub async fn wait_for_commits_at_end(
+    broker: &Broker,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i64, i64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    let consumer: BaseConsumer = broker
+        .kafka()
+        .client_config()
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let committed = consumer
+            .committed_offsets(tpl.clone(), Duration::from_secs(5))
+            .expect("committed offsets");
+        let pairs: Vec<(i64, i64)> = (0..partitions)
+            .map(|p| {
+                let c = match committed.find_partition(topic, p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => o,
+                    _ => -1,
+                };
+                let (_, high) = consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(5))
+                    .expect("watermarks");
+                (c, high)
+            })
+            .collect();
+        if pairs.iter().all(|(c, h)| c == h) || Instant::now() > deadline {
+            return pairs;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make demo`: a real request path on this machine. Starts the broker (and
+# Redis) if none is running, creates the topics, starts one worker, sends the
+# demo sentences, waits for every answer and prints a summary. Stops only
+# what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+source scripts/services.sh
+for bin in fleet-worker fleet-produce; do
+  [ -x "$FLEET_BIN_DIR/$bin" ] || { echo "error: $bin is not built: run make setup" >&2; exit 1; }
+done
+trap stop_started EXIT
+
+ensure_redis
+ensure_broker
+"$FLEET_BIN_DIR/fleet-produce" topics --model minilm
+
+"$FLEET_BIN_DIR/fleet-worker" --model minilm --model-repo models --metrics-addr 127.0.0.1:9464 \
+  >"$FLEET_RUN_DIR/worker.log" 2>&1 &
+STARTED_PIDS=("$!" "${STARTED_PIDS[@]}")   # stop the worker first
+echo "worker: starting (log .fleet/worker.log, metrics http://127.0.0.1:9464/metrics)"
+for _ in $(seq 300); do
+  grep -q "partitions assigned" "$FLEET_RUN_DIR/worker.log" && break
+  kill -0 "${STARTED_PIDS[0]}" 2>/dev/null || { tail -20 "$FLEET_RUN_DIR/worker.log"; exit 1; }
+  sleep 0.1
+done
+echo "worker: warm and consuming"
+
+n=$(wc -l < scripts/demo-sentences.txt)
+echo
+echo "sending $n sentences to infer.minilm and waiting for every answer..."
+"$FLEET_BIN_DIR/fleet-produce" send --model minilm --file scripts/demo-sentences.txt \
+  --wait --timeout 60s --summary --pairs 6

