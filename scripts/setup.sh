@@ -78,7 +78,7 @@ else
     || { tail -20 "$FLEET_CACHE/logs/export.log"; exit 1; }
   touch "$stamp"
 fi
-[ -f models/minilm/config.toml ] || cp scripts/models/minilm.config.toml models/minilm/config.toml
+cp scripts/models/minilm.config.toml models/minilm/config.toml  # generated: edit the one in scripts/models/
 ok "models/minilm/config.toml"
 
 step 6/6 "build (cargo, release; target dir $CARGO_TARGET_DIR)"

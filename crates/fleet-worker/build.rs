@@ -12,10 +12,7 @@ fn main() {
         return;
     };
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
-    if std::path::Path::new(&lib_dir)
-        .join("libtorch_cuda.so")
-        .exists()
-    {
+    if std::path::Path::new(&lib_dir).join("libtorch_cuda.so").exists() {
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
         println!("cargo:rustc-link-arg=-ltorch_cuda");
         println!("cargo:rustc-link-arg=-Wl,--as-needed");

@@ -14,10 +14,7 @@ pub struct KafkaConfig {
 
 impl KafkaConfig {
     pub fn new(brokers: impl Into<String>) -> Self {
-        Self {
-            brokers: brokers.into(),
-            extra: Vec::new(),
-        }
+        Self { brokers: brokers.into(), extra: Vec::new() }
     }
 
     /// A librdkafka config with the brokers and the pass-through properties.

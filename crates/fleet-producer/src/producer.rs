@@ -44,10 +44,7 @@ impl Future for Delivery {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.0.poll_unpin(cx).map(|outcome| match outcome {
-            Ok(Ok(d)) => Ok(Delivered {
-                partition: d.partition,
-                offset: d.offset,
-            }),
+            Ok(Ok(d)) => Ok(Delivered { partition: d.partition, offset: d.offset }),
             Ok(Err((e, _))) => Err(SendError::Kafka(e)),
             Err(_) => Err(SendError::Canceled),
         })
@@ -65,10 +62,7 @@ impl FleetProducer {
             .set("queue.buffering.max.messages", "200000")
             .set("message.timeout.ms", "30000")
             .create()?;
-        Ok(Self {
-            inner,
-            source: source.to_owned(),
-        })
+        Ok(Self { inner, source: source.to_owned() })
     }
 
     /// Enqueues one request for `model`; waits only while librdkafka's local
@@ -83,20 +77,13 @@ impl FleetProducer {
             parts: request.parts,
         };
         let header_values = envelope.to_headers();
-        let headers = header_values.iter().fold(
-            OwnedHeaders::new_with_capacity(header_values.len()),
-            |hs, (key, value)| {
-                hs.insert(Header {
-                    key,
-                    value: Some(value.as_bytes()),
-                })
-            },
-        );
+        let headers =
+            header_values.iter().fold(OwnedHeaders::new_with_capacity(header_values.len()), |hs, (key, value)| {
+                hs.insert(Header { key, value: Some(value.as_bytes()) })
+            });
         let topic = model.topic();
-        let mut record = FutureRecord::to(&topic)
-            .key(request.id.as_str())
-            .payload(request.payload.as_slice())
-            .headers(headers);
+        let mut record =
+            FutureRecord::to(&topic).key(request.id.as_str()).payload(request.payload.as_slice()).headers(headers);
         loop {
             match self.inner.send_result(record) {
                 Ok(delivery) => return Ok(Delivery(delivery)),
@@ -116,8 +103,5 @@ impl FleetProducer {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -16,13 +16,7 @@ pub struct Request {
 
 impl Request {
     pub fn text(id: RequestId, text: impl Into<String>) -> Self {
-        Self {
-            id,
-            content_type: ContentType::Text,
-            payload: text.into().into_bytes(),
-            deadline_ms: None,
-            parts: 1,
-        }
+        Self { id, content_type: ContentType::Text, payload: text.into().into_bytes(), deadline_ms: None, parts: 1 }
     }
 
     pub fn with_deadline_ms(mut self, deadline_ms: u64) -> Self {

@@ -16,18 +16,9 @@ pub enum ResultError {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("request {id}: no answer within {timeout:?} from {missing:?} (have {present:?})")]
-    Timeout {
-        id: RequestId,
-        timeout: Duration,
-        missing: Vec<String>,
-        present: Vec<String>,
-    },
+    Timeout { id: RequestId, timeout: Duration, missing: Vec<String>, present: Vec<String> },
     #[error("request {id}: answer of model {model} is not valid answer JSON: {reason}")]
-    BadAnswer {
-        id: RequestId,
-        model: String,
-        reason: String,
-    },
+    BadAnswer { id: RequestId, model: String, reason: String },
 }
 
 /// Answers of one request, by model name.
@@ -44,9 +35,7 @@ impl ResultClient {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)));
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let conn = client.get_multiplexed_async_connection_with_config(&config).await?;
         Ok(Self { client, conn })
     }
 
@@ -55,13 +44,11 @@ impl ResultClient {
         let raw: BTreeMap<String, String> = self.conn.clone().hgetall(keys::result_key(id)).await?;
         raw.into_iter()
             .map(|(model, json)| {
-                serde_json::from_str(&json)
-                    .map(|answer| (model.clone(), answer))
-                    .map_err(|e| ResultError::BadAnswer {
-                        id: id.clone(),
-                        model,
-                        reason: e.to_string(),
-                    })
+                serde_json::from_str(&json).map(|answer| (model.clone(), answer)).map_err(|e| ResultError::BadAnswer {
+                    id: id.clone(),
+                    model,
+                    reason: e.to_string(),
+                })
             })
             .collect()
     }
@@ -69,12 +56,7 @@ impl ResultClient {
     /// Blocks until every model in `models` has answered `id`, or `timeout`
     /// passes (then the error names the models still missing). Never waits
     /// much past `timeout`, even when Redis stops answering.
-    pub async fn wait(
-        &self,
-        id: &RequestId,
-        models: &[ModelName],
-        timeout: Duration,
-    ) -> Result<Answers, ResultError> {
+    pub async fn wait(&self, id: &RequestId, models: &[ModelName], timeout: Duration) -> Result<Answers, ResultError> {
         let started = Instant::now();
         let complete = |answers: &Answers| models.iter().all(|m| answers.contains_key(m.as_str()));
         let mut answers = self.poll(id).await?;
@@ -95,11 +77,8 @@ impl ResultClient {
         loop {
             let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() {
-                let missing = models
-                    .iter()
-                    .filter(|m| !answers.contains_key(m.as_str()))
-                    .map(|m| m.to_string())
-                    .collect();
+                let missing =
+                    models.iter().filter(|m| !answers.contains_key(m.as_str())).map(|m| m.to_string()).collect();
                 return Err(ResultError::Timeout {
                     id: id.clone(),
                     timeout,

@@ -41,10 +41,7 @@ pub fn summarise(answered: &[(String, Answer)], wall: Duration, top_pairs: usize
 
 fn embedding_of(answer: &Answer) -> Option<Vec<f32>> {
     let values = answer.output.as_ref()?.get("embedding")?.as_array()?;
-    values
-        .iter()
-        .map(|v| v.as_f64().map(|x| x as f32))
-        .collect()
+    values.iter().map(|v| v.as_f64().map(|x| x as f32)).collect()
 }
 
 /// Nearest-rank percentile of sorted values; 0 for none.
@@ -81,32 +78,17 @@ fn nearest_pairs(items: &[(&str, Vec<f32>)], top: usize) -> Vec<(f32, String, St
     }
     pairs.sort_by(|a, b| b.0.total_cmp(&a.0));
     pairs.truncate(top);
-    pairs
-        .into_iter()
-        .map(|(c, i, j)| (c, items[i].0.to_owned(), items[j].0.to_owned()))
-        .collect()
+    pairs.into_iter().map(|(c, i, j)| (c, items[i].0.to_owned(), items[j].0.to_owned())).collect()
 }
 
 impl Summary {
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let counts: Vec<String> = self
-            .counts
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+        let counts: Vec<String> = self.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let total: usize = self.counts.values().sum();
         let _ = writeln!(out, "answers: {total} ({})", counts.join(" "));
-        let _ = writeln!(
-            out,
-            "throughput: {:.1} requests/s (first send to last answer)",
-            self.throughput_per_s
-        );
-        let _ = writeln!(
-            out,
-            "latency (ce_time to answer): p50 {:.1} ms, p99 {:.1} ms",
-            self.p50_ms, self.p99_ms
-        );
+        let _ = writeln!(out, "throughput: {:.1} requests/s (first send to last answer)", self.throughput_per_s);
+        let _ = writeln!(out, "latency (ce_time to answer): p50 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p99_ms);
         if !self.neighbours.is_empty() {
             let _ = writeln!(out, "nearest neighbours by cosine similarity:");
             for (cos, a, b) in &self.neighbours {
@@ -133,15 +115,7 @@ mod tests {
     use serde_json::json;
 
     fn ok(total: f64, embedding: &[f32]) -> Answer {
-        Answer::ok(
-            "m",
-            1,
-            json!({ "embedding": embedding }),
-            Timings {
-                total,
-                ..Timings::default()
-            },
-        )
+        Answer::ok("m", 1, json!({ "embedding": embedding }), Timings { total, ..Timings::default() })
     }
 
     #[test]
@@ -159,20 +133,14 @@ mod tests {
             ("north".to_owned(), ok(10.0, &[1.0, 0.0])),
             ("north-ish".to_owned(), ok(20.0, &[0.9, 0.1])),
             ("east".to_owned(), ok(30.0, &[0.0, 1.0])),
-            (
-                "bad".to_owned(),
-                Answer::error("m", 1, ErrorCode::EmptyInput, "empty", Timings::default()),
-            ),
+            ("bad".to_owned(), Answer::error("m", 1, ErrorCode::EmptyInput, "empty", Timings::default())),
         ];
         let s = summarise(&answered, Duration::from_secs(2), 1);
         assert_eq!(s.counts.get("ok"), Some(&3));
         assert_eq!(s.counts.get("error"), Some(&1));
         assert_eq!(s.throughput_per_s, 2.0);
         assert_eq!(s.neighbours.len(), 1);
-        assert_eq!(
-            (s.neighbours[0].1.as_str(), s.neighbours[0].2.as_str()),
-            ("north", "north-ish")
-        );
+        assert_eq!((s.neighbours[0].1.as_str(), s.neighbours[0].2.as_str()), ("north", "north-ish"));
         assert!(s.render().contains("north-ish"));
     }
 }

@@ -25,11 +25,7 @@ pub struct TopicSettings {
 
 impl Default for TopicSettings {
     fn default() -> Self {
-        Self {
-            partitions: DEFAULT_PARTITIONS,
-            replication: 1,
-            max_value_bytes: 1024 * 1024,
-        }
+        Self { partitions: DEFAULT_PARTITIONS, replication: 1, max_value_bytes: 1024 * 1024 }
     }
 }
 
@@ -43,22 +39,14 @@ impl TopicSettings {
 /// Creates `infer.<model>` and `infer.<model>.dlq` if they do not exist yet.
 /// Existing topics are left as they are (changing partitions is an operator's
 /// decision: it moves keys between partitions).
-pub async fn ensure_topics(
-    kafka: &KafkaConfig,
-    model: &ModelName,
-    settings: TopicSettings,
-) -> Result<(), KafkaError> {
+pub async fn ensure_topics(kafka: &KafkaConfig, model: &ModelName, settings: TopicSettings) -> Result<(), KafkaError> {
     let admin: AdminClient<DefaultClientContext> = kafka.client_config().create()?;
     let max_bytes = settings.max_message_bytes().to_string();
     let retention = DLQ_RETENTION_MS.to_string();
     let (topic, dlq) = (model.topic(), model.dlq_topic());
     let topics = [
-        NewTopic::new(
-            &topic,
-            settings.partitions,
-            TopicReplication::Fixed(settings.replication),
-        )
-        .set("max.message.bytes", &max_bytes),
+        NewTopic::new(&topic, settings.partitions, TopicReplication::Fixed(settings.replication))
+            .set("max.message.bytes", &max_bytes),
         NewTopic::new(&dlq, 1, TopicReplication::Fixed(settings.replication))
             .set("max.message.bytes", &max_bytes)
             .set("retention.ms", &retention),

@@ -94,52 +94,28 @@ pub struct Answer {
 
 impl Answer {
     pub fn ok(model: &str, version: u64, output: serde_json::Value, timings_ms: Timings) -> Self {
-        Self {
-            status: Status::Ok,
-            model: model.to_owned(),
-            version,
-            output: Some(output),
-            error: None,
-            timings_ms,
-        }
+        Self { status: Status::Ok, model: model.to_owned(), version, output: Some(output), error: None, timings_ms }
     }
 
-    pub fn error(
-        model: &str,
-        version: u64,
-        code: ErrorCode,
-        message: impl Into<String>,
-        timings_ms: Timings,
-    ) -> Self {
+    pub fn error(model: &str, version: u64, code: ErrorCode, message: impl Into<String>, timings_ms: Timings) -> Self {
         Self {
             status: Status::Error,
             model: model.to_owned(),
             version,
             output: None,
-            error: Some(ErrorInfo {
-                code,
-                message: message.into(),
-            }),
+            error: Some(ErrorInfo { code, message: message.into() }),
             timings_ms,
         }
     }
 
     pub fn expired(model: &str, version: u64, timings_ms: Timings) -> Self {
-        Self {
-            status: Status::Expired,
-            model: model.to_owned(),
-            version,
-            output: None,
-            error: None,
-            timings_ms,
-        }
+        Self { status: Status::Expired, model: model.to_owned(), version, output: None, error: None, timings_ms }
     }
 
     pub fn to_json(&self) -> String {
         // An Answer holds only strings, numbers and JSON values: serialising
         // it cannot fail, so a failure here would be a bug in serde_json.
-        serde_json::to_string(self)
-            .unwrap_or_else(|e| format!(r#"{{"status":"error","serialise_error":"{e}"}}"#))
+        serde_json::to_string(self).unwrap_or_else(|e| format!(r#"{{"status":"error","serialise_error":"{e}"}}"#))
     }
 }
 
@@ -150,16 +126,7 @@ mod tests {
 
     #[test]
     fn ok_answer_has_the_documented_shape() {
-        let a = Answer::ok(
-            "minilm",
-            3,
-            json!({"embedding": [0.5]}),
-            Timings {
-                queue: 1.0,
-                infer: 2.0,
-                total: 3.5,
-            },
-        );
+        let a = Answer::ok("minilm", 3, json!({"embedding": [0.5]}), Timings { queue: 1.0, infer: 2.0, total: 3.5 });
         let v: serde_json::Value = serde_json::from_str(&a.to_json()).unwrap();
         assert_eq!(
             v,
@@ -170,13 +137,7 @@ mod tests {
 
     #[test]
     fn error_answer_carries_a_snake_case_code() {
-        let a = Answer::error(
-            "minilm",
-            1,
-            ErrorCode::TextTooLong,
-            "600 tokens > 256",
-            Timings::default(),
-        );
+        let a = Answer::error("minilm", 1, ErrorCode::TextTooLong, "600 tokens > 256", Timings::default());
         let v: serde_json::Value = serde_json::from_str(&a.to_json()).unwrap();
         assert_eq!(v["status"], "error");
         assert_eq!(v["error"]["code"], "text_too_long");

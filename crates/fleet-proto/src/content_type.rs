@@ -19,9 +19,7 @@ impl ContentType {
     pub fn parse(raw: &str) -> Option<Self> {
         let mut parts = raw.split(';').map(str::trim);
         let essence = parts.next()?.to_ascii_lowercase();
-        let params: Vec<String> = parts
-            .map(|p| p.to_ascii_lowercase().replace(' ', ""))
-            .collect();
+        let params: Vec<String> = parts.map(|p| p.to_ascii_lowercase().replace(' ', "")).collect();
         match essence.as_str() {
             "text/plain" => {
                 let charset_ok = params
@@ -63,15 +61,9 @@ mod tests {
 
     #[test]
     fn parses_what_producers_send() {
-        assert_eq!(
-            ContentType::parse(ContentType::TEXT),
-            Some(ContentType::Text)
-        );
+        assert_eq!(ContentType::parse(ContentType::TEXT), Some(ContentType::Text));
         assert_eq!(ContentType::parse("text/plain"), Some(ContentType::Text));
-        assert_eq!(
-            ContentType::parse("Text/Plain; Charset=\"UTF-8\""),
-            Some(ContentType::Text)
-        );
+        assert_eq!(ContentType::parse("Text/Plain; Charset=\"UTF-8\""), Some(ContentType::Text));
         assert_eq!(ContentType::parse("image/jpeg"), Some(ContentType::Jpeg));
         assert_eq!(ContentType::parse("image/png"), Some(ContentType::Png));
         assert_eq!(ContentType::parse("image/webp"), Some(ContentType::Webp));
@@ -86,12 +78,7 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        for ct in [
-            ContentType::Text,
-            ContentType::Jpeg,
-            ContentType::Png,
-            ContentType::Webp,
-        ] {
+        for ct in [ContentType::Text, ContentType::Jpeg, ContentType::Png, ContentType::Webp] {
             assert_eq!(ContentType::parse(ct.as_str()), Some(ct));
         }
     }

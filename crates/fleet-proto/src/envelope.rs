@@ -34,11 +34,7 @@ pub struct Rejection {
 
 impl Rejection {
     fn new(id: Option<&RequestId>, code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            id: id.cloned(),
-            code,
-            message: message.into(),
-        }
+        Self { id: id.cloned(), code, message: message.into() }
     }
 
     /// Stable reason word for the DLQ header and `fleet_dlq_total{reason}`
@@ -51,8 +47,7 @@ impl Rejection {
 impl Envelope {
     /// The deadline that applies: `ce_deadline`, else creation + the model's TTL.
     pub fn effective_deadline_ms(&self, default_ttl_ms: u64) -> u64 {
-        self.deadline_ms
-            .unwrap_or(self.created_ms.saturating_add(default_ttl_ms))
+        self.deadline_ms.unwrap_or(self.created_ms.saturating_add(default_ttl_ms))
     }
 
     /// Reads an envelope from a message's key and headers. Headers whose value
@@ -63,28 +58,16 @@ impl Envelope {
     {
         let headers: Vec<(&str, Option<&[u8]>)> = headers.into_iter().collect();
         let find = |name: &str| -> Option<&[u8]> {
-            headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .and_then(|(_, v)| *v)
+            headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| *v)
         };
         let id = resolve_id(key, find(h::ID))?;
         let id = &id;
         let text = |name: &'static str| -> Result<&str, Rejection> {
-            let raw = find(name).ok_or_else(|| {
-                Rejection::new(
-                    Some(id),
-                    ErrorCode::BadRequest,
-                    format!("missing header {name}"),
-                )
-            })?;
-            std::str::from_utf8(raw).map(str::trim).map_err(|_| {
-                Rejection::new(
-                    Some(id),
-                    ErrorCode::BadRequest,
-                    format!("header {name} is not UTF-8"),
-                )
-            })
+            let raw = find(name)
+                .ok_or_else(|| Rejection::new(Some(id), ErrorCode::BadRequest, format!("missing header {name}")))?;
+            std::str::from_utf8(raw)
+                .map(str::trim)
+                .map_err(|_| Rejection::new(Some(id), ErrorCode::BadRequest, format!("header {name} is not UTF-8")))
         };
 
         let spec = text(h::SPEC_VERSION)?;
@@ -92,11 +75,7 @@ impl Envelope {
             return Err(Rejection::new(
                 Some(id),
                 ErrorCode::BadRequest,
-                format!(
-                    "{} is {spec:?}, expected {:?}",
-                    h::SPEC_VERSION,
-                    h::SPEC_VERSION_VALUE
-                ),
+                format!("{} is {spec:?}, expected {:?}", h::SPEC_VERSION, h::SPEC_VERSION_VALUE),
             ));
         }
         let kind = text(h::TYPE)?;
@@ -109,19 +88,11 @@ impl Envelope {
         }
         let source = text(h::SOURCE)?;
         if source.is_empty() {
-            return Err(Rejection::new(
-                Some(id),
-                ErrorCode::BadRequest,
-                format!("header {} is empty", h::SOURCE),
-            ));
+            return Err(Rejection::new(Some(id), ErrorCode::BadRequest, format!("header {} is empty", h::SOURCE)));
         }
         let time = text(h::TIME)?;
         let created_ms = parse_rfc3339_ms(time).ok_or_else(|| {
-            Rejection::new(
-                Some(id),
-                ErrorCode::BadRequest,
-                format!("{} {time:?} is not an RFC 3339 time", h::TIME),
-            )
+            Rejection::new(Some(id), ErrorCode::BadRequest, format!("{} {time:?} is not an RFC 3339 time", h::TIME))
         })?;
         let content_type_raw = text(h::CONTENT_TYPE)?;
         let content_type = ContentType::parse(content_type_raw).ok_or_else(|| {
@@ -154,14 +125,7 @@ impl Envelope {
                 }
             },
         };
-        Ok(Self {
-            id: id.clone(),
-            source: source.to_owned(),
-            created_ms,
-            content_type,
-            deadline_ms,
-            parts,
-        })
+        Ok(Self { id: id.clone(), source: source.to_owned(), created_ms, content_type, deadline_ms, parts })
     }
 
     /// The headers a producer puts on the message, in the documented order.
@@ -187,21 +151,13 @@ fn resolve_id(key: Option<&[u8]>, ce_id: Option<&[u8]>) -> Result<RequestId, Rej
     let from_key = key.map(RequestId::from_bytes);
     let from_header = ce_id.map(RequestId::from_bytes);
     match (from_key, from_header) {
-        (Some(Ok(k)), Some(Ok(c))) if k != c => Err(Rejection::new(
-            Some(&k),
-            ErrorCode::BadRequest,
-            format!("message key {k:?} differs from ce_id {c:?}"),
-        )),
+        (Some(Ok(k)), Some(Ok(c))) if k != c => {
+            Err(Rejection::new(Some(&k), ErrorCode::BadRequest, format!("message key {k:?} differs from ce_id {c:?}")))
+        }
         (Some(Ok(k)), _) => Ok(k),
         (_, Some(Ok(c))) => Ok(c),
-        (Some(Err(e)), _) | (None, Some(Err(e))) => {
-            Err(Rejection::new(None, ErrorCode::BadRequest, e.to_string()))
-        }
-        (None, None) => Err(Rejection::new(
-            None,
-            ErrorCode::BadRequest,
-            "neither a message key nor a ce_id header",
-        )),
+        (Some(Err(e)), _) | (None, Some(Err(e))) => Err(Rejection::new(None, ErrorCode::BadRequest, e.to_string())),
+        (None, None) => Err(Rejection::new(None, ErrorCode::BadRequest, "neither a message key nor a ce_id header")),
     }
 }
 
@@ -237,10 +193,7 @@ mod tests {
     }
 
     fn headers_of(env: &Envelope) -> Vec<(&'static str, Vec<u8>)> {
-        env.to_headers()
-            .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect()
+        env.to_headers().into_iter().map(|(k, v)| (k, v.into_bytes())).collect()
     }
 
     fn parse(key: Option<&[u8]>, hs: &[(&'static str, Vec<u8>)]) -> Result<Envelope, Rejection> {
@@ -251,11 +204,7 @@ mod tests {
         hs.iter().filter(|(k, _)| *k != name).cloned().collect()
     }
 
-    fn with(
-        hs: &[(&'static str, Vec<u8>)],
-        name: &'static str,
-        value: &[u8],
-    ) -> Vec<(&'static str, Vec<u8>)> {
+    fn with(hs: &[(&'static str, Vec<u8>)], name: &'static str, value: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
         let mut out = without(hs, name);
         out.push((name, value.to_vec()));
         out
@@ -278,20 +227,10 @@ mod tests {
     #[test]
     fn missing_or_bad_headers_are_bad_requests_with_the_id() {
         let hs = headers_of(&sample());
-        for name in [
-            h::SPEC_VERSION,
-            h::TYPE,
-            h::SOURCE,
-            h::TIME,
-            h::CONTENT_TYPE,
-        ] {
+        for name in [h::SPEC_VERSION, h::TYPE, h::SOURCE, h::TIME, h::CONTENT_TYPE] {
             let r = parse(Some(b"req-7"), &without(&hs, name)).unwrap_err();
             let expected = ErrorCode::BadRequest;
-            assert_eq!(
-                (r.id.as_ref().map(RequestId::as_str), r.code),
-                (Some("req-7"), expected),
-                "{name}"
-            );
+            assert_eq!((r.id.as_ref().map(RequestId::as_str), r.code), (Some("req-7"), expected), "{name}");
             assert!(r.message.contains(name), "{}", r.message);
         }
         let bad_values: [(&'static str, &[u8]); 7] = [
@@ -313,10 +252,7 @@ mod tests {
     #[test]
     fn unknown_content_type_is_unsupported_format() {
         let hs = with(&headers_of(&sample()), h::CONTENT_TYPE, b"application/pdf");
-        assert_eq!(
-            parse(Some(b"req-7"), &hs).unwrap_err().code,
-            ErrorCode::UnsupportedFormat
-        );
+        assert_eq!(parse(Some(b"req-7"), &hs).unwrap_err().code, ErrorCode::UnsupportedFormat);
     }
 
     #[test]

@@ -20,9 +20,7 @@ impl ModelName {
     pub fn parse(raw: &str) -> Result<Self, InvalidModelName> {
         let ok = !raw.is_empty()
             && raw.len() <= 64
-            && raw
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+            && raw.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
         if ok {
             Ok(Self(raw.to_owned()))
         } else {

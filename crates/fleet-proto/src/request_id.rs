@@ -76,17 +76,11 @@ mod tests {
     #[test]
     fn rejects_each_kind_of_bad_id() {
         assert_eq!(RequestId::parse(""), Err(InvalidRequestId::Empty));
-        assert_eq!(
-            RequestId::parse(&"x".repeat(MAX_LEN + 1)),
-            Err(InvalidRequestId::TooLong(MAX_LEN + 1))
-        );
+        assert_eq!(RequestId::parse(&"x".repeat(MAX_LEN + 1)), Err(InvalidRequestId::TooLong(MAX_LEN + 1)));
         assert_eq!(RequestId::parse("a b"), Err(InvalidRequestId::BadChar(' ')));
         assert_eq!(RequestId::parse("a/b"), Err(InvalidRequestId::BadChar('/')));
         assert_eq!(RequestId::parse("é"), Err(InvalidRequestId::BadChar('é')));
-        assert_eq!(
-            RequestId::from_bytes(&[0xff, 0x41]),
-            Err(InvalidRequestId::NotUtf8)
-        );
+        assert_eq!(RequestId::from_bytes(&[0xff, 0x41]), Err(InvalidRequestId::NotUtf8));
     }
 
     proptest! {

@@ -46,78 +46,36 @@ impl AdmissionPolicy {
             Err(rejection) => {
                 return match rejection.id.clone() {
                     Some(id) => self.refuse(id, rejection.code, rejection.message, None, now_ms),
-                    None => Admission::DeadLetter {
-                        reason: rejection.dlq_reason(),
-                        detail: rejection.message,
-                    },
+                    None => Admission::DeadLetter { reason: rejection.dlq_reason(), detail: rejection.message },
                 }
             }
         };
         let created = Some(envelope.created_ms);
         let deadline_ms = envelope.effective_deadline_ms(self.request_ttl_ms);
         if deadline_ms <= now_ms {
-            let answer = Answer::expired(
-                self.model.as_str(),
-                self.version,
-                self.timings(created, now_ms),
-            );
-            return Admission::Answer {
-                id: envelope.id,
-                answer,
-            };
+            let answer = Answer::expired(self.model.as_str(), self.version, self.timings(created, now_ms));
+            return Admission::Answer { id: envelope.id, answer };
         }
         if envelope.content_type != ContentType::Text {
             let message = format!("{} serves text, not {}", self.model, envelope.content_type);
-            return self.refuse(
-                envelope.id,
-                ErrorCode::UnsupportedFormat,
-                message,
-                created,
-                now_ms,
-            );
+            return self.refuse(envelope.id, ErrorCode::UnsupportedFormat, message, created, now_ms);
         }
         let payload = inbound.payload.as_deref().unwrap_or_default();
         if payload.len() > self.max_text_bytes {
-            let message = format!(
-                "text is {} bytes, at most {} allowed",
-                payload.len(),
-                self.max_text_bytes
-            );
-            return self.refuse(
-                envelope.id,
-                ErrorCode::TextTooLong,
-                message,
-                created,
-                now_ms,
-            );
+            let message = format!("text is {} bytes, at most {} allowed", payload.len(), self.max_text_bytes);
+            return self.refuse(envelope.id, ErrorCode::TextTooLong, message, created, now_ms);
         }
         let text = match std::str::from_utf8(payload) {
             Ok(text) => text,
             Err(e) => {
                 let message = format!("text is not UTF-8 (invalid byte at {})", e.valid_up_to());
-                return self.refuse(
-                    envelope.id,
-                    ErrorCode::DecodeFailed,
-                    message,
-                    created,
-                    now_ms,
-                );
+                return self.refuse(envelope.id, ErrorCode::DecodeFailed, message, created, now_ms);
             }
         };
         if text.trim().is_empty() {
-            return self.refuse(
-                envelope.id,
-                ErrorCode::EmptyInput,
-                "text is empty".into(),
-                created,
-                now_ms,
-            );
+            return self.refuse(envelope.id, ErrorCode::EmptyInput, "text is empty".into(), created, now_ms);
         }
-        Admission::Text(TextRequest {
-            text: text.to_owned(),
-            deadline_ms,
-            envelope,
-        })
+        Admission::Text(TextRequest { text: text.to_owned(), deadline_ms, envelope })
     }
 
     fn refuse(
@@ -128,23 +86,13 @@ impl AdmissionPolicy {
         created_ms: Option<u64>,
         now_ms: u64,
     ) -> Admission {
-        let answer = Answer::error(
-            self.model.as_str(),
-            self.version,
-            code,
-            message,
-            self.timings(created_ms, now_ms),
-        );
+        let answer = Answer::error(self.model.as_str(), self.version, code, message, self.timings(created_ms, now_ms));
         Admission::Answer { id, answer }
     }
 
     fn timings(&self, created_ms: Option<u64>, now_ms: u64) -> Timings {
         let total = created_ms.map_or(0.0, |c| now_ms.saturating_sub(c) as f64);
-        Timings {
-            queue: total,
-            infer: 0.0,
-            total,
-        }
+        Timings { queue: total, infer: 0.0, total }
     }
 }
 
@@ -178,16 +126,9 @@ mod tests {
 
     fn inbound(envelope: &Envelope, payload: &[u8]) -> Inbound {
         Inbound {
-            position: Position {
-                partition: 0,
-                offset: 7,
-            },
+            position: Position { partition: 0, offset: 7 },
             key: Some(envelope.id.as_str().as_bytes().to_vec()),
-            headers: envelope
-                .to_headers()
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), Some(v.into_bytes())))
-                .collect(),
+            headers: envelope.to_headers().into_iter().map(|(k, v)| (k.to_owned(), Some(v.into_bytes()))).collect(),
             payload: Some(payload.to_vec()),
         }
     }
@@ -205,10 +146,7 @@ mod tests {
 
     #[test]
     fn admits_valid_text_with_its_deadline() {
-        match policy().admit(
-            &inbound(&envelope(ContentType::Text), "hello there".as_bytes()),
-            NOW,
-        ) {
+        match policy().admit(&inbound(&envelope(ContentType::Text), "hello there".as_bytes()), NOW) {
             Admission::Text(req) => {
                 assert_eq!(req.text, "hello there");
                 assert_eq!(req.deadline_ms, NOW - 1_000 + 30_000);
@@ -221,27 +159,12 @@ mod tests {
     fn each_bad_input_gets_its_stable_code() {
         let p = policy();
         let text = envelope(ContentType::Text);
-        assert_eq!(
-            error_code(p.admit(&inbound(&text, b""), NOW)),
-            ErrorCode::EmptyInput
-        );
-        assert_eq!(
-            error_code(p.admit(&inbound(&text, b" \n\t "), NOW)),
-            ErrorCode::EmptyInput
-        );
-        assert_eq!(
-            error_code(p.admit(&inbound(&text, b"caf\xe9"), NOW)),
-            ErrorCode::DecodeFailed
-        );
-        assert_eq!(
-            error_code(p.admit(&inbound(&text, &[b'a'; 65]), NOW)),
-            ErrorCode::TextTooLong
-        );
+        assert_eq!(error_code(p.admit(&inbound(&text, b""), NOW)), ErrorCode::EmptyInput);
+        assert_eq!(error_code(p.admit(&inbound(&text, b" \n\t "), NOW)), ErrorCode::EmptyInput);
+        assert_eq!(error_code(p.admit(&inbound(&text, b"caf\xe9"), NOW)), ErrorCode::DecodeFailed);
+        assert_eq!(error_code(p.admit(&inbound(&text, &[b'a'; 65]), NOW)), ErrorCode::TextTooLong);
         let image = envelope(ContentType::Png);
-        assert_eq!(
-            error_code(p.admit(&inbound(&image, b"\x89PNG"), NOW)),
-            ErrorCode::UnsupportedFormat
-        );
+        assert_eq!(error_code(p.admit(&inbound(&image, b"\x89PNG"), NOW)), ErrorCode::UnsupportedFormat);
 
         let mut no_time = inbound(&text, b"hi");
         no_time.headers.retain(|(k, _)| k != h::TIME);
@@ -252,10 +175,7 @@ mod tests {
                 *v = Some(b"application/x-thing".to_vec());
             }
         }
-        assert_eq!(
-            error_code(p.admit(&unknown_type, NOW)),
-            ErrorCode::UnsupportedFormat
-        );
+        assert_eq!(error_code(p.admit(&unknown_type, NOW)), ErrorCode::UnsupportedFormat);
         let mut no_payload = inbound(&text, b"");
         no_payload.payload = None;
         assert_eq!(error_code(p.admit(&no_payload, NOW)), ErrorCode::EmptyInput);
@@ -276,18 +196,9 @@ mod tests {
         let mut msg = inbound(&envelope(ContentType::Text), b"hi");
         msg.key = None;
         msg.headers.retain(|(k, _)| k != h::ID);
-        assert!(matches!(
-            policy().admit(&msg, NOW),
-            Admission::DeadLetter {
-                reason: "unreadable_request_id",
-                ..
-            }
-        ));
+        assert!(matches!(policy().admit(&msg, NOW), Admission::DeadLetter { reason: "unreadable_request_id", .. }));
         msg.headers.clear();
         msg.key = Some(b"bad key!".to_vec());
-        assert!(matches!(
-            policy().admit(&msg, NOW),
-            Admission::DeadLetter { .. }
-        ));
+        assert!(matches!(policy().admit(&msg, NOW), Admission::DeadLetter { .. }));
     }
 }

@@ -1,147 +1,550 @@
-//! Batch forming: pure, no I/O, no clock (the caller passes `now_ms`).
+//! The bucket batcher: pure batch forming, no I/O, no clock (the caller
+//! passes `now_ms`). The best-tested code of the worker.
 //!
-//! Requests wait until `max_batch_size` of them are held or the oldest has
-//! waited `max_wait_ms`; then the oldest `max_batch_size` leave together.
-//! A request whose deadline passed while it waited leaves as expired and is
-//! never handed to the model.
+//! Padding every row of a batch to its longest row wastes compute on short
+//! texts, and attention memory grows with rows × length², so one long text in
+//! a batch of short ones costs both time and (GPU) memory. Requests are
+//! therefore held in buckets by token length; a batch holds one bucket only
+//! and is padded to its longest member (not to the bucket edge), and every
+//! batch stays within three budgets: rows (`max_batch_size`), computed
+//! tokens (rows × padded length, `max_batch_tokens`) and attention cells
+//! (rows × padded length², `max_attention_cells`). A single request always
+//! forms a batch on its own, whatever its length.
+//!
+//! A bucket is due when its next batch is full or its oldest request has
+//! waited the bucket's `max_wait_ms`. Of the due buckets, the one holding the
+//! earliest deadline goes first. A request whose deadline has passed, or
+//! cannot be met given the measured inference time of its bucket, leaves as
+//! expired and is never handed to the model. Within a bucket, order is FIFO.
 
 use std::collections::VecDeque;
 
-#[derive(Debug, Clone, Copy)]
-pub struct BatchLimits {
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketLimits {
+    /// Upper token bounds of the buckets, ascending. A request goes to the
+    /// first bucket whose bound is ≥ its length; longer ones to the last.
+    pub boundaries: Vec<usize>,
     pub max_batch_size: usize,
-    pub max_wait_ms: u64,
+    pub max_batch_tokens: usize,
+    pub max_attention_cells: usize,
+    /// One value per bucket.
+    pub max_wait_ms: Vec<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key} {problem}")]
+pub struct InvalidLimits {
+    pub key: &'static str,
+    pub problem: String,
+}
+
+impl BucketLimits {
+    pub fn validate(&self, max_seq_len: usize) -> Result<(), InvalidLimits> {
+        let invalid = |key, problem: String| Err(InvalidLimits { key, problem });
+        if self.boundaries.is_empty() || self.boundaries.windows(2).any(|w| w[0] >= w[1]) || self.boundaries[0] == 0 {
+            return invalid("batching.buckets", "must be non-empty, above 0 and strictly ascending".into());
+        }
+        if self.boundaries.last().is_some_and(|&last| last < max_seq_len) {
+            return invalid("batching.buckets", format!("last bound must be at least max_seq_len ({max_seq_len})"));
+        }
+        if self.max_wait_ms.len() != self.boundaries.len() {
+            return invalid(
+                "batching.max_wait_ms",
+                format!("needs one value or {} (one per bucket)", self.boundaries.len()),
+            );
+        }
+        if self.max_batch_size == 0 {
+            return invalid("batching.max_batch_size", "must be above 0".into());
+        }
+        if self.max_batch_tokens < max_seq_len {
+            return invalid("batching.max_batch_tokens", format!("must hold one row of max_seq_len ({max_seq_len})"));
+        }
+        if self.max_attention_cells < max_seq_len * max_seq_len {
+            return invalid(
+                "batching.max_attention_cells",
+                format!("must hold one row of max_seq_len² ({})", max_seq_len * max_seq_len),
+            );
+        }
+        Ok(())
+    }
+
+    /// The bucket a request of `len` tokens belongs to.
+    pub fn bucket_of(&self, len: usize) -> usize {
+        self.boundaries.iter().position(|&bound| len <= bound).unwrap_or(self.boundaries.len() - 1)
+    }
+
+    /// Whether `rows` rows padded to `padded_len` stay within every budget.
+    pub fn fits(&self, rows: usize, padded_len: usize) -> bool {
+        rows <= self.max_batch_size
+            && rows * padded_len <= self.max_batch_tokens
+            && rows * padded_len * padded_len <= self.max_attention_cells
+    }
+}
+
+/// Length-bucket bounds whose neighbours differ by at most ~12 %: every
+/// length up to 16, then steps of 2, 4, 8, 16 and 32 tokens. Padding a batch
+/// to its longest member then wastes at most about one step.
+pub fn default_boundaries(max_seq_len: usize) -> Vec<usize> {
+    let mut bounds: Vec<usize> = (1..=16).collect();
+    let mut step = 2;
+    let mut next = 16;
+    while next < max_seq_len {
+        for _ in 0..8 {
+            next += step;
+            bounds.push(next.min(max_seq_len));
+            if next >= max_seq_len {
+                break;
+            }
+        }
+        step *= 2;
+    }
+    bounds.retain(|&b| b <= max_seq_len);
+    bounds.dedup();
+    if bounds.last() != Some(&max_seq_len) {
+        bounds.push(max_seq_len);
+    }
+    bounds
 }
 
 #[derive(Debug)]
 struct Held<T> {
     item: T,
+    len: usize,
     arrived_ms: u64,
     deadline_ms: u64,
 }
 
+/// A batch leaving the batcher: one bucket, FIFO order.
 #[derive(Debug)]
-pub struct Batcher<T> {
-    limits: BatchLimits,
-    held: VecDeque<Held<T>>,
+pub struct Batch<T> {
+    pub bucket: usize,
+    pub items: Vec<T>,
+    /// Token length of each item, in item order.
+    pub lens: Vec<usize>,
 }
 
-/// What a call to [`Batcher::poll`] decided.
+impl<T> Batch<T> {
+    pub fn padded_len(&self) -> usize {
+        self.lens.iter().copied().max().unwrap_or(0)
+    }
+    /// Rows × padded length: what the model computes.
+    pub fn computed_tokens(&self) -> usize {
+        self.items.len() * self.padded_len()
+    }
+    pub fn real_tokens(&self) -> usize {
+        self.lens.iter().sum()
+    }
+    /// Real tokens / computed tokens.
+    pub fn padding_efficiency(&self) -> f64 {
+        self.real_tokens() as f64 / self.computed_tokens().max(1) as f64
+    }
+}
+
+/// What one call to [`BucketBatcher::poll`] decided.
 #[derive(Debug)]
 pub struct Polled<T> {
-    /// Requests past their deadline: answer `expired`, do not compute.
+    /// Requests that can no longer be served in time: answer `expired`.
     pub expired: Vec<T>,
-    /// A batch to run now, if one is ready.
-    pub batch: Option<Vec<T>>,
-    /// When to poll again if nothing new arrives.
+    /// The batch to run now, if one is due.
+    pub batch: Option<Batch<T>>,
+    /// When to poll again if nothing arrives (a wait or a deadline ends).
     pub wake_at_ms: Option<u64>,
 }
 
-impl<T> Batcher<T> {
-    pub fn new(limits: BatchLimits) -> Self {
-        Self {
-            limits,
-            held: VecDeque::new(),
-        }
+#[derive(Debug)]
+pub struct BucketBatcher<T> {
+    limits: BucketLimits,
+    buckets: Vec<VecDeque<Held<T>>>,
+    /// Measured model-call time per bucket (moving average), in ms.
+    infer_ms: Vec<Option<f64>>,
+    held: usize,
+}
+
+impl<T> BucketBatcher<T> {
+    pub fn new(limits: BucketLimits) -> Self {
+        let n = limits.boundaries.len();
+        Self { buckets: (0..n).map(|_| VecDeque::new()).collect(), infer_ms: vec![None; n], limits, held: 0 }
     }
 
-    pub fn push(&mut self, item: T, deadline_ms: u64, now_ms: u64) {
-        self.held.push_back(Held {
-            item,
-            arrived_ms: now_ms,
-            deadline_ms,
-        });
+    pub fn limits(&self) -> &BucketLimits {
+        &self.limits
     }
 
     pub fn len(&self) -> usize {
-        self.held.len()
+        self.held
     }
 
     pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
+        self.held == 0
     }
 
-    /// Expires what is past its deadline and releases a batch when one is due.
+    pub fn push(&mut self, item: T, len: usize, deadline_ms: u64, now_ms: u64) {
+        let bucket = self.limits.bucket_of(len);
+        self.buckets[bucket].push_back(Held { item, len, arrived_ms: now_ms, deadline_ms });
+        self.held += 1;
+    }
+
+    /// Feeds back how long a batch of `bucket` took, so deadlines that
+    /// cannot be met are expired before compute rather than after.
+    pub fn observe_inference(&mut self, bucket: usize, elapsed_ms: f64) {
+        if let Some(slot) = self.infer_ms.get_mut(bucket) {
+            *slot = Some(match *slot {
+                None => elapsed_ms,
+                Some(avg) => 0.8 * avg + 0.2 * elapsed_ms,
+            });
+        }
+    }
+
+    /// The estimated model-call time of `bucket`, 0 before any measurement.
+    pub fn estimated_inference_ms(&self, bucket: usize) -> u64 {
+        self.infer_ms.get(bucket).copied().flatten().map_or(0, |ms| ms.ceil() as u64)
+    }
+
+    /// Expires what cannot be served in time and releases the most urgent
+    /// due batch, if any.
     pub fn poll(&mut self, now_ms: u64) -> Polled<T> {
         self.poll_inner(now_ms, false)
     }
 
-    /// Like [`poll`](Self::poll), but releases a batch even if none is due
-    /// yet: for draining at shutdown.
+    /// Like [`poll`](Self::poll), but every non-empty bucket counts as due:
+    /// for draining at shutdown, and for offline runs over a whole workload.
     pub fn flush(&mut self, now_ms: u64) -> Polled<T> {
         self.poll_inner(now_ms, true)
     }
 
     fn poll_inner(&mut self, now_ms: u64, force: bool) -> Polled<T> {
-        let (live, dead): (VecDeque<_>, VecDeque<_>) =
-            self.held.drain(..).partition(|h| h.deadline_ms > now_ms);
-        self.held = live;
-        let expired = dead.into_iter().map(|h| h.item).collect();
-        let ready = (force && !self.held.is_empty())
-            || self.held.len() >= self.limits.max_batch_size
-            || self
-                .held
-                .front()
-                .is_some_and(|h| h.arrived_ms + self.limits.max_wait_ms <= now_ms);
-        let batch = ready.then(|| {
-            let n = self.held.len().min(self.limits.max_batch_size);
-            self.held.drain(..n).map(|h| h.item).collect()
-        });
-        let wake_at_ms = self
-            .held
-            .iter()
-            .map(|h| (h.arrived_ms + self.limits.max_wait_ms).min(h.deadline_ms))
-            .min();
-        Polled {
-            expired,
-            batch,
-            wake_at_ms,
+        let expired = self.expire(now_ms);
+        let chosen = (0..self.buckets.len())
+            .filter(|&b| !self.buckets[b].is_empty() && (force || self.is_due(b, now_ms)))
+            .min_by_key(|&b| (self.earliest_deadline(b), b));
+        let batch = chosen.map(|b| self.take_batch(b));
+        let wake_at_ms = self.next_wake(now_ms);
+        Polled { expired, batch, wake_at_ms }
+    }
+
+    fn expire(&mut self, now_ms: u64) -> Vec<T> {
+        let mut expired = Vec::new();
+        for b in 0..self.buckets.len() {
+            let needed = self.estimated_inference_ms(b);
+            let queue = &mut self.buckets[b];
+            if queue.iter().all(|h| h.deadline_ms > now_ms + needed) {
+                continue;
+            }
+            let (live, dead): (VecDeque<_>, VecDeque<_>) =
+                queue.drain(..).partition(|h| h.deadline_ms > now_ms + needed);
+            *queue = live;
+            expired.extend(dead.into_iter().map(|h| h.item));
         }
+        self.held -= expired.len();
+        expired
+    }
+
+    /// How many of the bucket's oldest requests the next batch takes, and
+    /// whether that batch is full (a budget, not the queue, stopped it).
+    fn next_batch_rows(&self, bucket: usize) -> (usize, bool) {
+        let queue = &self.buckets[bucket];
+        let mut longest = 0;
+        for (rows, held) in queue.iter().enumerate() {
+            let padded = longest.max(held.len);
+            if rows > 0 && !self.limits.fits(rows + 1, padded) {
+                return (rows, true);
+            }
+            longest = padded;
+        }
+        let rows = queue.len();
+        (rows, rows >= self.limits.max_batch_size)
+    }
+
+    fn is_due(&self, bucket: usize, now_ms: u64) -> bool {
+        let waited_out =
+            self.buckets[bucket].front().is_some_and(|h| h.arrived_ms + self.limits.max_wait_ms[bucket] <= now_ms);
+        waited_out || self.next_batch_rows(bucket).1
+    }
+
+    fn earliest_deadline(&self, bucket: usize) -> u64 {
+        self.buckets[bucket].iter().map(|h| h.deadline_ms).min().unwrap_or(u64::MAX)
+    }
+
+    fn take_batch(&mut self, bucket: usize) -> Batch<T> {
+        let (rows, _) = self.next_batch_rows(bucket);
+        let taken: Vec<Held<T>> = self.buckets[bucket].drain(..rows).collect();
+        self.held -= taken.len();
+        let lens = taken.iter().map(|h| h.len).collect();
+        Batch { bucket, items: taken.into_iter().map(|h| h.item).collect(), lens }
+    }
+
+    fn next_wake(&self, now_ms: u64) -> Option<u64> {
+        (0..self.buckets.len())
+            .filter_map(|b| {
+                let queue = &self.buckets[b];
+                let head = queue.front()?;
+                let wait_ends = head.arrived_ms + self.limits.max_wait_ms[b];
+                // The first moment a held request stops being servable.
+                let needed = self.estimated_inference_ms(b);
+                let first_infeasible = queue.iter().map(|h| h.deadline_ms.saturating_sub(needed)).min()?;
+                Some(wait_ends.min(first_infeasible).max(now_ms))
+            })
+            .min()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
 
-    fn batcher() -> Batcher<u32> {
-        Batcher::new(BatchLimits {
-            max_batch_size: 3,
-            max_wait_ms: 10,
-        })
-    }
-
-    #[test]
-    fn a_full_batch_leaves_at_once_in_arrival_order() {
-        let mut b = batcher();
-        for i in 0..4 {
-            b.push(i, 1_000, 100);
+    fn limits() -> BucketLimits {
+        BucketLimits {
+            boundaries: vec![16, 32, 64, 128],
+            max_batch_size: 4,
+            max_batch_tokens: 256,
+            max_attention_cells: 128 * 128,
+            max_wait_ms: vec![5, 5, 10, 20],
         }
-        let p = b.poll(100);
-        assert_eq!(p.batch, Some(vec![0, 1, 2]));
-        assert_eq!(p.wake_at_ms, Some(110));
-        assert_eq!(b.poll(105).batch, None);
-        assert_eq!(b.poll(110).batch, Some(vec![3]));
-        assert!(b.is_empty());
     }
 
     #[test]
-    fn flush_releases_what_is_not_due_yet() {
-        let mut b = batcher();
-        b.push(1, 1_000, 100);
-        assert_eq!(b.poll(101).batch, None);
-        assert_eq!(b.flush(101).batch, Some(vec![1]));
-        assert!(b.flush(101).batch.is_none());
+    fn buckets_by_length_and_pads_to_the_longest_member() {
+        let mut b = BucketBatcher::new(limits());
+        b.push("short", 10, 1_000, 0);
+        b.push("long", 100, 1_000, 0);
+        b.push("short2", 12, 1_000, 0);
+        let p = b.poll(5);
+        let batch = p.batch.unwrap();
+        assert_eq!(batch.items, vec!["short", "short2"]);
+        assert_eq!(batch.padded_len(), 12);
+        assert_eq!(batch.computed_tokens(), 24);
+        assert!((batch.padding_efficiency() - 22.0 / 24.0).abs() < 1e-9);
+        assert_eq!(p.wake_at_ms, Some(20), "the long one waits for its own bucket's max_wait");
+        assert!(b.poll(19).batch.is_none());
+        assert_eq!(b.poll(20).batch.unwrap().items, vec!["long"]);
     }
 
     #[test]
-    fn expired_requests_never_reach_a_batch() {
-        let mut b = batcher();
-        b.push(1, 105, 100);
-        b.push(2, 1_000, 100);
-        assert_eq!(b.poll(100).wake_at_ms, Some(105));
-        let p = b.poll(110);
-        assert_eq!(p.expired, vec![1]);
-        assert_eq!(p.batch, Some(vec![2]));
+    fn a_full_batch_leaves_without_waiting() {
+        let mut b = BucketBatcher::new(limits());
+        for i in 0..5 {
+            b.push(i, 8, 1_000, 0);
+        }
+        let batch = b.poll(0).batch.unwrap();
+        assert_eq!(batch.items, vec![0, 1, 2, 3]);
+        assert!(b.poll(0).batch.is_none(), "one left, not full, not waited out");
+    }
+
+    #[test]
+    fn the_token_and_attention_budgets_cap_rows() {
+        let mut tokens = limits();
+        tokens.max_attention_cells = usize::MAX;
+        let mut b = BucketBatcher::new(tokens);
+        for i in 0..4 {
+            b.push(i, 100, 1_000, 0); // 2 × 100 = 200 tokens fit, 3 × 100 do not
+        }
+        assert_eq!(b.poll(0).batch.unwrap().items, vec![0, 1]);
+        let mut cells = limits();
+        cells.max_attention_cells = 3 * 60 * 60;
+        let mut b = BucketBatcher::new(cells);
+        for i in 0..4 {
+            b.push(i, 60, 1_000, 0);
+        }
+        assert_eq!(b.poll(0).batch.unwrap().items.len(), 3);
+    }
+
+    #[test]
+    fn a_single_long_request_always_fits_alone() {
+        let mut l = limits();
+        l.max_batch_tokens = 64;
+        let mut b = BucketBatcher::new(l);
+        b.push("huge", 128, 1_000, 0);
+        assert_eq!(b.poll(20).batch.unwrap().items, vec!["huge"]);
+    }
+
+    #[test]
+    fn the_earliest_deadline_goes_first() {
+        let mut b = BucketBatcher::new(limits());
+        b.push("relaxed", 10, 9_000, 0);
+        b.push("urgent", 100, 500, 0);
+        assert_eq!(b.poll(30).batch.unwrap().items, vec!["urgent"]);
+        assert_eq!(b.poll(30).batch.unwrap().items, vec!["relaxed"]);
+    }
+
+    #[test]
+    fn deadlines_that_cannot_be_met_expire_before_compute() {
+        let mut b = BucketBatcher::new(limits());
+        b.observe_inference(0, 40.0);
+        b.push("tight", 10, 30, 0); // 0 + 40 ms of inference > 30
+        b.push("fine", 10, 1_000, 0);
+        let p = b.poll(0);
+        assert_eq!(p.expired, vec!["tight"]);
+        assert!(p.batch.is_none());
+        assert_eq!(b.poll(5).batch.unwrap().items, vec!["fine"]);
+    }
+
+    #[test]
+    fn default_boundaries_are_fine_grained_and_end_at_max_seq_len() {
+        let b = default_boundaries(512);
+        assert_eq!(&b[..16], &(1..=16).collect::<Vec<_>>()[..]);
+        assert_eq!(b.last(), Some(&512));
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+        assert!(b.windows(2).filter(|w| w[0] >= 16).all(|w| (w[1] as f64) / (w[0] as f64) <= 1.126), "{b:?}");
+        assert_eq!(default_boundaries(100).last(), Some(&100));
+    }
+
+    #[test]
+    fn validation_names_the_bad_key() {
+        let mut l = limits();
+        l.max_batch_tokens = 64;
+        assert_eq!(l.validate(128).unwrap_err().key, "batching.max_batch_tokens");
+        let mut l = limits();
+        l.boundaries = vec![16, 16, 128, 256];
+        assert_eq!(l.validate(128).unwrap_err().key, "batching.buckets");
+        assert_eq!(limits().validate(256).unwrap_err().key, "batching.buckets");
+        assert!(limits().validate(128).is_ok());
+    }
+
+    /// One random event: a request arriving, or time passing with a poll.
+    #[derive(Debug, Clone)]
+    enum Event {
+        Push { len: usize, ttl_ms: u64 },
+        Advance { ms: u64 },
+        Observe { bucket: usize, ms: u64 },
+    }
+
+    fn events() -> impl Strategy<Value = Vec<Event>> {
+        let event = prop_oneof![
+            4 => (1usize..=140, 1u64..200).prop_map(|(len, ttl_ms)| Event::Push { len, ttl_ms }),
+            2 => (0u64..15).prop_map(|ms| Event::Advance { ms }),
+            1 => (0usize..4, 0u64..30).prop_map(|(bucket, ms)| Event::Observe { bucket, ms }),
+        ];
+        proptest::collection::vec(event, 0..120)
+    }
+
+    fn arbitrary_limits() -> impl Strategy<Value = BucketLimits> {
+        (1usize..8, 128usize..600, 128usize * 128..128 * 128 * 4, proptest::collection::vec(0u64..25, 4)).prop_map(
+            |(max_batch_size, max_batch_tokens, max_attention_cells, max_wait_ms)| BucketLimits {
+                boundaries: vec![16, 32, 64, 128],
+                max_batch_size,
+                max_batch_tokens,
+                max_attention_cells,
+                max_wait_ms,
+            },
+        )
+    }
+
+    /// Items are (sequence number, len, deadline).
+    type Item = (usize, usize, u64);
+
+    struct Run {
+        batches: Vec<(u64, Batch<Item>)>,
+        expired: Vec<(u64, Item)>,
+        pushed: Vec<(u64, Item)>,
+        input_stopped_ms: u64,
+    }
+
+    /// Drives a batcher through `events`, polling after each until no batch
+    /// is due (as the worker does), then lets time run out with no input.
+    fn drive(limits: &BucketLimits, events: &[Event]) -> (Run, BucketBatcher<Item>) {
+        let mut b = BucketBatcher::new(limits.clone());
+        let mut run = Run { batches: vec![], expired: vec![], pushed: vec![], input_stopped_ms: 0 };
+        let mut now = 0u64;
+        let drain = |b: &mut BucketBatcher<Item>, now: u64, run: &mut Run| loop {
+            let p = b.poll(now);
+            run.expired.extend(p.expired.into_iter().map(|i| (now, i)));
+            match p.batch {
+                Some(batch) => run.batches.push((now, batch)),
+                None => break p.wake_at_ms,
+            }
+        };
+        for (seq, event) in events.iter().enumerate() {
+            match *event {
+                Event::Push { len, ttl_ms } => {
+                    let item = (seq, len, now + ttl_ms);
+                    b.push(item, len, now + ttl_ms, now);
+                    run.pushed.push((now, item));
+                }
+                Event::Advance { ms } => now += ms,
+                Event::Observe { bucket, ms } => b.observe_inference(bucket, ms as f64),
+            }
+            drain(&mut b, now, &mut run);
+        }
+        // Input stops: follow the batcher's own wake-ups.
+        run.input_stopped_ms = now;
+        while let Some(wake) = drain(&mut b, now, &mut run) {
+            now = wake.max(now + 1);
+        }
+        (run, b)
+    }
+
+    proptest! {
+        #[test]
+        fn no_request_is_lost_or_duplicated(limits in arbitrary_limits(), events in events()) {
+            let (run, b) = drive(&limits, &events);
+            prop_assert!(b.is_empty());
+            let mut out: Vec<usize> = run.batches.iter().flat_map(|(_, batch)| batch.items.iter().map(|i| i.0)).collect();
+            out.extend(run.expired.iter().map(|(_, i)| i.0));
+            out.sort_unstable();
+            let mut pushed: Vec<usize> = run.pushed.iter().map(|(_, i)| i.0).collect();
+            pushed.sort_unstable();
+            prop_assert_eq!(out, pushed);
+        }
+
+        #[test]
+        fn every_batch_is_one_bucket_within_every_limit(limits in arbitrary_limits(), events in events()) {
+            let (run, _) = drive(&limits, &events);
+            for (_, batch) in &run.batches {
+                prop_assert!(!batch.items.is_empty());
+                prop_assert!(batch.items.iter().all(|i| limits.bucket_of(i.1) == batch.bucket));
+                prop_assert_eq!(batch.lens.clone(), batch.items.iter().map(|i| i.1).collect::<Vec<_>>());
+                if batch.items.len() > 1 {
+                    prop_assert!(limits.fits(batch.items.len(), batch.padded_len()), "{:?}", batch.lens);
+                }
+            }
+        }
+
+        #[test]
+        fn order_is_fifo_within_a_bucket(limits in arbitrary_limits(), events in events()) {
+            let (run, _) = drive(&limits, &events);
+            let mut last_seen: BTreeMap<usize, usize> = BTreeMap::new();
+            for (_, batch) in &run.batches {
+                for item in &batch.items {
+                    if let Some(prev) = last_seen.insert(batch.bucket, item.0) {
+                        prop_assert!(prev < item.0, "bucket {} gave {} after {}", batch.bucket, item.0, prev);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn expired_requests_never_reach_the_model(limits in arbitrary_limits(), events in events()) {
+            let (run, _) = drive(&limits, &events);
+            for (at, batch) in &run.batches {
+                prop_assert!(batch.items.iter().all(|i| i.2 > *at), "a batch at {} holds a request past its deadline", at);
+            }
+            for (at, item) in &run.expired {
+                prop_assert!(item.2 <= *at + 30, "{item:?} expired at {at} although 30 ms is the largest estimate");
+            }
+        }
+
+        #[test]
+        fn when_input_stops_everything_leaves_within_its_max_wait(limits in arbitrary_limits(), events in events()) {
+            let (run, _) = drive(&limits, &events);
+            let left_at: BTreeMap<usize, u64> = run
+                .batches
+                .iter()
+                .flat_map(|(at, batch)| batch.items.iter().map(move |i| (i.0, *at)))
+                .chain(run.expired.iter().map(|(at, i)| (i.0, *at)))
+                .collect();
+            let seen: BTreeSet<usize> = left_at.keys().copied().collect();
+            prop_assert_eq!(seen.len(), run.pushed.len());
+            let stopped = run.input_stopped_ms;
+            for (arrived, item) in &run.pushed {
+                let left = left_at[&item.0];
+                // Held when input stopped: gone by the end of its bucket's wait.
+                if left >= stopped {
+                    let bound = stopped.max(arrived + limits.max_wait_ms[limits.bucket_of(item.1)]);
+                    prop_assert!(left <= bound, "{:?} arrived {}, left {}, bound {}", item, arrived, left, bound);
+                }
+            }
+        }
     }
 }

@@ -17,10 +17,7 @@ struct PartitionState {
 
 impl PartitionState {
     fn position(&self) -> Option<i64> {
-        self.in_flight
-            .first()
-            .copied()
-            .or_else(|| self.highest_seen.map(|h| h + 1))
+        self.in_flight.first().copied().or_else(|| self.highest_seen.map(|h| h + 1))
     }
 }
 

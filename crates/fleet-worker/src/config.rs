@@ -2,6 +2,7 @@
 //! things are, the model's `config.toml` for how the model is served. Both
 //! are validated at start, and a bad value names its key.
 
+use crate::batcher::{default_boundaries, BucketLimits};
 use clap::Parser;
 use fleet_proto::ModelName;
 use serde::Deserialize;
@@ -9,10 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Parser)]
-#[command(
-    version,
-    about = "Kafka-fed inference worker: one consumer group per model"
-)]
+#[command(version, about = "Kafka-fed inference worker: one consumer group per model")]
 pub struct WorkerArgs {
     /// The model to serve: consumes infer.<model> in group fleet.<model>.
     #[arg(long, env = "FLEET_MODEL")]
@@ -27,12 +25,7 @@ pub struct WorkerArgs {
     #[arg(long = "kafka-property", value_parser = parse_property)]
     pub kafka_properties: Vec<(String, String)>,
     /// Redis URL (redis:// or rediss://, user and password may be in the URL).
-    #[arg(
-        long,
-        env = "FLEET_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "FLEET_REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
     pub redis: String,
     /// Where /metrics, /healthz and /ready are served.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
@@ -94,7 +87,40 @@ pub struct TextConfig {
 #[serde(deny_unknown_fields)]
 pub struct BatchingConfig {
     pub max_batch_size: usize,
-    pub max_wait_ms: u64,
+    /// Rows × padded length per batch.
+    pub max_batch_tokens: usize,
+    /// Rows × padded length² per batch: the attention memory budget.
+    pub max_attention_cells: usize,
+    /// One wait for every bucket, or one per bucket.
+    pub max_wait_ms: OneOrPerBucket,
+    /// Upper token bounds of the length buckets; default: fine-grained
+    /// bounds up to max_seq_len (`batcher::default_boundaries`).
+    pub buckets: Option<Vec<usize>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrPerBucket {
+    One(u64),
+    PerBucket(Vec<u64>),
+}
+
+impl BatchingConfig {
+    /// The batcher's limits for a model of `max_seq_len` tokens.
+    pub fn limits(&self, max_seq_len: usize) -> BucketLimits {
+        let boundaries = self.buckets.clone().unwrap_or_else(|| default_boundaries(max_seq_len));
+        let max_wait_ms = match &self.max_wait_ms {
+            OneOrPerBucket::One(ms) => vec![*ms; boundaries.len()],
+            OneOrPerBucket::PerBucket(list) => list.clone(),
+        };
+        BucketLimits {
+            boundaries,
+            max_batch_size: self.max_batch_size,
+            max_batch_tokens: self.max_batch_tokens,
+            max_attention_cells: self.max_attention_cells,
+            max_wait_ms,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -137,40 +163,20 @@ fn default_feature_ttl_s() -> u64 {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: toml::de::Error,
-    },
+    Parse { path: PathBuf, source: toml::de::Error },
     #[error("{path}: {key} {problem}")]
-    Invalid {
-        path: PathBuf,
-        key: &'static str,
-        problem: String,
-    },
+    Invalid { path: PathBuf, key: &'static str, problem: String },
 }
 
 impl ModelConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let raw = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let config: Self = toml::from_str(&raw).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
-        config
-            .validate()
-            .map_err(|(key, problem)| ConfigError::Invalid {
-                path: path.to_owned(),
-                key,
-                problem,
-            })?;
+        let raw =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let config: Self =
+            toml::from_str(&raw).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+        config.validate().map_err(|(key, problem)| ConfigError::Invalid { path: path.to_owned(), key, problem })?;
         Ok(config)
     }
 
@@ -185,10 +191,7 @@ impl ModelConfig {
                 return Err(("text", "section is required for kind = \"text\"".into()));
             };
             if !(2..=8192).contains(&text.max_seq_len) {
-                return Err((
-                    "text.max_seq_len",
-                    format!("= {} must be within 2..=8192", text.max_seq_len),
-                ));
+                return Err(("text.max_seq_len", format!("= {} must be within 2..=8192", text.max_seq_len)));
             }
             if text.max_text_bytes == 0 {
                 return Err(("text.max_text_bytes", "must be above 0".into()));
@@ -200,9 +203,12 @@ impl ModelConfig {
                 format!("= {} must be within 1..=4096", self.batching.max_batch_size),
             ));
         }
-        if self.batching.max_wait_ms > 60_000 {
+        let max_seq_len = self.text.as_ref().map_or(1, |t| t.max_seq_len);
+        let limits = self.batching.limits(max_seq_len);
+        if limits.max_wait_ms.iter().any(|&ms| ms > 60_000) {
             return Err(("batching.max_wait_ms", "must be at most 60000".into()));
         }
+        limits.validate(max_seq_len).map_err(|e| (e.key, e.problem))?;
         for (key, value) in [
             ("ttl.request_ttl_ms", self.ttl.request_ttl_ms),
             ("ttl.result_ttl_s", self.ttl.result_ttl_s),
@@ -222,9 +228,7 @@ mod tests {
 
     fn parse(raw: &str) -> Result<ModelConfig, String> {
         let config: ModelConfig = toml::from_str(raw).map_err(|e| e.to_string())?;
-        config
-            .validate()
-            .map_err(|(key, problem)| format!("{key} {problem}"))?;
+        config.validate().map_err(|(key, problem)| format!("{key} {problem}"))?;
         Ok(config)
     }
 
@@ -234,20 +238,15 @@ mod tests {
         max_seq_len = 256
         [batching]
         max_batch_size = 32
+        max_batch_tokens = 4096
+        max_attention_cells = 524288
         max_wait_ms = 5
     "#;
 
     #[test]
     fn defaults_fill_ttls_and_text_limits() {
         let c = parse(GOOD).unwrap();
-        assert_eq!(
-            (
-                c.ttl.request_ttl_ms,
-                c.ttl.result_ttl_s,
-                c.ttl.feature_ttl_s
-            ),
-            (30_000, 30, 300)
-        );
+        assert_eq!((c.ttl.request_ttl_ms, c.ttl.result_ttl_s, c.ttl.feature_ttl_s), (30_000, 30, 300));
         let text = c.text().unwrap();
         assert!(text.truncate);
         assert_eq!(text.max_text_bytes, 65536);
@@ -265,16 +264,23 @@ mod tests {
         assert!(err.starts_with("batching.max_batch_size"), "{err}");
         let err = parse(&GOOD.replace("max_seq_len = 256", "max_seq_len = 1")).unwrap_err();
         assert!(err.starts_with("text.max_seq_len"), "{err}");
-        let err =
-            parse(&GOOD.replace("max_wait_ms = 5", "max_wait_ms = 5\nmax_wiat = 1")).unwrap_err();
+        let err = parse(&GOOD.replace("max_wait_ms = 5", "max_wait_ms = 5\nmax_wiat = 1")).unwrap_err();
         assert!(err.contains("max_wiat"), "{err}");
-        let err = parse(
-            r#"kind = "text"
-            [batching]
-            max_batch_size = 1
-            max_wait_ms = 1"#,
-        )
-        .unwrap_err();
+        let err = parse(&GOOD.replace("max_batch_tokens = 4096", "max_batch_tokens = 100")).unwrap_err();
+        assert!(err.starts_with("batching.max_batch_tokens"), "{err}");
+        let err = parse(&GOOD.replace("max_wait_ms = 5", "max_wait_ms = [1, 2]")).unwrap_err();
+        assert!(err.starts_with("batching.max_wait_ms"), "{err}");
+        let err = parse(&GOOD.replace("[text]\n        max_seq_len = 256\n", "")).unwrap_err();
         assert!(err.starts_with("text "), "{err}");
+    }
+
+    #[test]
+    fn per_bucket_waits_and_explicit_buckets() {
+        let c = parse(&GOOD.replace("max_wait_ms = 5", "max_wait_ms = [1, 2, 3]\nbuckets = [16, 64, 256]")).unwrap();
+        let limits = c.batching.limits(256);
+        assert_eq!((limits.boundaries, limits.max_wait_ms), (vec![16, 64, 256], vec![1, 2, 3]));
+        let default = parse(GOOD).unwrap().batching.limits(256);
+        assert_eq!(default.boundaries.last(), Some(&256));
+        assert!(default.max_wait_ms.iter().all(|&ms| ms == 5));
     }
 }

@@ -54,12 +54,7 @@ pub fn pad_to_longest(rows: &[&[i64]]) -> Padded {
         mask.extend(std::iter::repeat_n(1, row.len()));
         mask.extend(std::iter::repeat_n(0, len - row.len()));
     }
-    Padded {
-        ids,
-        mask,
-        rows: rows.len(),
-        len,
-    }
+    Padded { ids, mask, rows: rows.len(), len }
 }
 
 pub struct TextEngine {
@@ -69,11 +64,8 @@ pub struct TextEngine {
 
 impl TextEngine {
     pub fn load(path: &Path, device: Device) -> Result<Self, EngineError> {
-        let mut module =
-            CModule::load_on_device(path, device).map_err(|source| EngineError::Load {
-                path: path.display().to_string(),
-                source,
-            })?;
+        let mut module = CModule::load_on_device(path, device)
+            .map_err(|source| EngineError::Load { path: path.display().to_string(), source })?;
         module.set_eval();
         Ok(Self { module, device })
     }
@@ -90,19 +82,12 @@ impl TextEngine {
         let padded = pad_to_longest(rows);
         let shape = [padded.rows as i64, padded.len as i64];
         let _no_grad = tch::no_grad_guard();
-        let ids = Tensor::from_slice(&padded.ids)
-            .view(shape)
-            .to_device(self.device);
-        let mask = Tensor::from_slice(&padded.mask)
-            .view(shape)
-            .to_device(self.device);
+        let ids = Tensor::from_slice(&padded.ids).view(shape).to_device(self.device);
+        let mask = Tensor::from_slice(&padded.mask).view(shape).to_device(self.device);
         let out = self.module.forward_ts(&[ids, mask])?;
         let size = out.size();
         if size.len() != 2 || size[0] != padded.rows as i64 {
-            return Err(EngineError::BadShape {
-                got: size,
-                rows: padded.rows,
-            });
+            return Err(EngineError::BadShape { got: size, rows: padded.rows });
         }
         let out = out.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
         Ok(Vec::<Vec<f32>>::try_from(&out)?)

@@ -21,17 +21,10 @@ impl Inbound {
     pub fn from_kafka(message: &BorrowedMessage<'_>) -> Self {
         let headers = message
             .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
-                    .collect()
-            })
+            .map(|hs| hs.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect())
             .unwrap_or_default();
         Self {
-            position: Position {
-                partition: message.partition(),
-                offset: message.offset(),
-            },
+            position: Position { partition: message.partition(), offset: message.offset() },
             key: message.key().map(<[u8]>::to_vec),
             headers,
             payload: message.payload().map(<[u8]>::to_vec),
@@ -46,10 +39,6 @@ impl Inbound {
     pub fn size_bytes(&self) -> usize {
         self.payload.as_ref().map_or(0, Vec::len)
             + self.key.as_ref().map_or(0, Vec::len)
-            + self
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                .sum::<usize>()
+            + self.headers.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum::<usize>()
     }
 }

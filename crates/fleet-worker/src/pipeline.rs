@@ -8,7 +8,7 @@
 //! answers, and the stored offsets are committed before `run` returns.
 
 use crate::admission::{Admission, AdmissionPolicy};
-use crate::batcher::{BatchLimits, Batcher};
+use crate::batcher::{Batch, BucketBatcher, BucketLimits};
 use crate::config::WorkerArgs;
 use crate::engine::{choose_device, TextEngine};
 use crate::message::{Inbound, Position};
@@ -27,10 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Wall-clock now in Unix epoch ms: deadlines and `ce_time` are wall clock.
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// A tokenized request waiting for a batch.
@@ -46,11 +43,7 @@ struct Job {
 
 enum SinkItem {
     Answers(Vec<Finished>),
-    DeadLetter {
-        inbound: Box<Inbound>,
-        reason: &'static str,
-        detail: String,
-    },
+    DeadLetter { inbound: Box<Inbound>, reason: &'static str, detail: String },
 }
 
 /// How many tokenized requests may wait for the batcher, beyond what it holds.
@@ -61,16 +54,8 @@ const SINK_QUEUE: usize = 64;
 
 pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result<()> {
     let version = repository::resolve(&args.model_repo, &args.model)?;
-    let text = version
-        .config
-        .text()
-        .cloned()
-        .context("only text models are served so far")?;
-    let tokenizer = TextTokenizer::load(
-        &version.file("tokenizer.json"),
-        text.max_seq_len,
-        text.truncate,
-    )?;
+    let text = version.config.text().cloned().context("only text models are served so far")?;
+    let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, text.truncate)?;
     let policy = AdmissionPolicy {
         model: args.model.clone(),
         version: version.version,
@@ -84,41 +69,24 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     for (key, value) in &args.kafka_properties {
         kafka.set(key, value);
     }
-    let results = ResultSink::connect(&args.redis, version.config.ttl.result_ttl_s)
-        .await
-        .context("connecting to Redis")?;
+    let results =
+        ResultSink::connect(&args.redis, version.config.ttl.result_ttl_s).await.context("connecting to Redis")?;
     let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic())?;
 
-    let (batch_tx, batch_rx) = mpsc::channel::<Vec<Job>>(BATCH_QUEUE);
+    let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
     let (sink_tx, sink_rx) = mpsc::channel::<SinkItem>(SINK_QUEUE);
-    let engine = spawn_engine(&args, &version, batch_rx, sink_tx.clone())?;
-    engine
-        .ready
-        .await
-        .context("engine thread died during warm-up")??;
+    let (timing_tx, timing_rx) = mpsc::unbounded_channel::<BatchTiming>();
+    let engine = spawn_engine(&args, &version, batch_rx, sink_tx.clone(), timing_tx)?;
+    engine.ready.await.context("engine thread died during warm-up")??;
     tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
 
     let source = Source::subscribe(kafka, &args.model.consumer_group(), &args.model.topic())?;
     let committer = source.committer();
-    let sink = tokio::spawn(run_sink(
-        args.model.clone(),
-        sink_rx,
-        results,
-        dead_letters,
-        committer.clone(),
-    ));
+    let sink = tokio::spawn(run_sink(args.model.clone(), sink_rx, results, dead_letters, committer.clone()));
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
-    let limits = BatchLimits {
-        max_batch_size: version.config.batching.max_batch_size,
-        max_wait_ms: version.config.batching.max_wait_ms,
-    };
-    let batcher = tokio::spawn(run_batcher(
-        job_rx,
-        batch_tx,
-        sink_tx.clone(),
-        limits,
-        policy.clone(),
-    ));
+    let limits = version.config.batching.limits(text.max_seq_len);
+    let stages = BatcherStages { jobs: job_rx, batches: batch_tx, timings: timing_rx, sink: sink_tx.clone() };
+    let batcher = tokio::spawn(run_batcher(stages, limits, policy.clone()));
 
     consume(&source, &policy, &tokenizer, &job_tx, &sink_tx, shutdown).await;
     tracing::info!(in_flight = source.in_flight(), "draining");
@@ -182,37 +150,19 @@ async fn consume(
                             e.to_string(),
                             timings(request.envelope.created_ms, None, now_ms()),
                         );
-                        sink.send(SinkItem::Answers(vec![Finished {
-                            position,
-                            id,
-                            answer,
-                        }]))
-                        .await
-                        .is_ok()
+                        sink.send(SinkItem::Answers(vec![Finished { position, id, answer }])).await.is_ok()
                     }
                 }
             }
             Admission::Answer { id, answer } => {
                 if answer.status == Status::Expired {
-                    metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string())
-                        .increment(1);
+                    metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string()).increment(1);
                 }
-                sink.send(SinkItem::Answers(vec![Finished {
-                    position,
-                    id,
-                    answer,
-                }]))
-                .await
-                .is_ok()
+                sink.send(SinkItem::Answers(vec![Finished { position, id, answer }])).await.is_ok()
             }
-            Admission::DeadLetter { reason, detail } => sink
-                .send(SinkItem::DeadLetter {
-                    inbound: Box::new(inbound),
-                    reason,
-                    detail,
-                })
-                .await
-                .is_ok(),
+            Admission::DeadLetter { reason, detail } => {
+                sink.send(SinkItem::DeadLetter { inbound: Box::new(inbound), reason, detail }).await.is_ok()
+            }
         };
         if !sent {
             tracing::error!("pipeline closed under the consumer; stopping");
@@ -224,35 +174,37 @@ async fn consume(
 fn timings(created_ms: u64, infer: Option<(u64, f64)>, now_ms: u64) -> Timings {
     let total = now_ms.saturating_sub(created_ms) as f64;
     match infer {
-        Some((started_ms, infer_ms)) => Timings {
-            queue: started_ms.saturating_sub(created_ms) as f64,
-            infer: infer_ms,
-            total,
-        },
-        None => Timings {
-            queue: total,
-            infer: 0.0,
-            total,
-        },
+        Some((started_ms, infer_ms)) => {
+            Timings { queue: started_ms.saturating_sub(created_ms) as f64, infer: infer_ms, total }
+        }
+        None => Timings { queue: total, infer: 0.0, total },
     }
 }
 
-async fn run_batcher(
-    mut jobs: mpsc::Receiver<Job>,
-    batches: mpsc::Sender<Vec<Job>>,
+/// A batch's bucket and how long its model call took: fed back to the
+/// batcher so it can tell which deadlines its buckets can still meet.
+struct BatchTiming {
+    bucket: usize,
+    infer_ms: f64,
+}
+
+struct BatcherStages {
+    jobs: mpsc::Receiver<Job>,
+    batches: mpsc::Sender<Batch<Job>>,
+    timings: mpsc::UnboundedReceiver<BatchTiming>,
     sink: mpsc::Sender<SinkItem>,
-    limits: BatchLimits,
-    policy: AdmissionPolicy,
-) {
-    let mut batcher: Batcher<Job> = Batcher::new(limits);
+}
+
+/// Owns the batcher: the only task that touches it, so it needs no lock.
+async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: AdmissionPolicy) {
+    let mut batcher: BucketBatcher<Job> = BucketBatcher::new(limits);
     let mut open = true;
     while open || !batcher.is_empty() {
+        while let Ok(timing) = stages.timings.try_recv() {
+            batcher.observe_inference(timing.bucket, timing.infer_ms);
+        }
         let now = now_ms();
-        let polled = if open {
-            batcher.poll(now)
-        } else {
-            batcher.flush(now)
-        };
+        let polled = if open { batcher.poll(now) } else { batcher.flush(now) };
         if !polled.expired.is_empty() {
             metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string())
                 .increment(polled.expired.len() as u64);
@@ -260,21 +212,17 @@ async fn run_batcher(
                 .expired
                 .into_iter()
                 .map(|job| Finished {
-                    answer: Answer::expired(
-                        policy.model.as_str(),
-                        policy.version,
-                        timings(job.created_ms, None, now),
-                    ),
+                    answer: Answer::expired(policy.model.as_str(), policy.version, timings(job.created_ms, None, now)),
                     position: job.position,
                     id: job.id,
                 })
                 .collect();
-            if sink.send(SinkItem::Answers(answers)).await.is_err() {
+            if stages.sink.send(SinkItem::Answers(answers)).await.is_err() {
                 return;
             }
         }
         if let Some(batch) = polled.batch {
-            if batches.send(batch).await.is_err() {
+            if stages.batches.send(batch).await.is_err() {
                 return;
             }
             continue;
@@ -282,14 +230,12 @@ async fn run_batcher(
         if !open {
             continue;
         }
-        let wake = polled
-            .wake_at_ms
-            .map(|at| Duration::from_millis(at.saturating_sub(now)));
+        let wake = polled.wake_at_ms.map(|at| Duration::from_millis(at.saturating_sub(now)));
         tokio::select! {
-            job = jobs.recv() => match job {
+            job = stages.jobs.recv() => match job {
                 Some(job) => {
-                    let deadline = job.deadline_ms;
-                    batcher.push(job, deadline, now_ms());
+                    let (len, deadline) = (job.ids.len(), job.deadline_ms);
+                    batcher.push(job, len, deadline, now_ms());
                 }
                 None => open = false,
             },
@@ -313,37 +259,36 @@ struct EngineHandle {
 fn spawn_engine(
     args: &WorkerArgs,
     version: &ModelVersion,
-    mut batches: mpsc::Receiver<Vec<Job>>,
+    mut batches: mpsc::Receiver<Batch<Job>>,
     sink: mpsc::Sender<SinkItem>,
+    timings: mpsc::UnboundedSender<BatchTiming>,
 ) -> Result<EngineHandle> {
     let device = choose_device(args.device)?;
     let threads = args.intra_op_threads.max(1) as i32;
     let path = version.file("model.pt");
     let (model, number) = (version.name.to_string(), version.version);
     let (ready_tx, ready) = oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("engine".into())
-        .spawn(move || {
-            tch::set_num_threads(threads);
-            tch::set_num_interop_threads(1);
-            let engine = match TextEngine::load(&path, device)
-                .and_then(|engine| warm_up(&engine).map(|()| engine))
-            {
-                Ok(engine) => engine,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.into()));
-                    return;
-                }
-            };
-            tracing::info!(?device, threads, "engine ready");
-            let _ = ready_tx.send(Ok(()));
-            while let Some(batch) = batches.blocking_recv() {
-                let finished = run_batch(&engine, &model, number, batch);
-                if sink.blocking_send(SinkItem::Answers(finished)).is_err() {
-                    return;
-                }
+    let thread = std::thread::Builder::new().name("engine".into()).spawn(move || {
+        tch::set_num_threads(threads);
+        tch::set_num_interop_threads(1);
+        let engine = match TextEngine::load(&path, device).and_then(|engine| warm_up(&engine).map(|()| engine)) {
+            Ok(engine) => engine,
+            Err(e) => {
+                let _ = ready_tx.send(Err(e.into()));
+                return;
             }
-        })?;
+        };
+        tracing::info!(?device, threads, "engine ready");
+        let _ = ready_tx.send(Ok(()));
+        while let Some(batch) = batches.blocking_recv() {
+            let bucket = batch.bucket;
+            let (finished, infer_ms) = run_batch(&engine, &model, number, batch);
+            let _ = timings.send(BatchTiming { bucket, infer_ms });
+            if sink.blocking_send(SinkItem::Answers(finished)).is_err() {
+                return;
+            }
+        }
+    })?;
     Ok(EngineHandle { thread, ready })
 }
 
@@ -351,28 +296,23 @@ fn spawn_engine(
 /// libtorch's first-call optimisation.
 fn warm_up(engine: &TextEngine) -> Result<(), crate::engine::EngineError> {
     for len in [8usize, 32, 128] {
-        let row: Vec<i64> = std::iter::once(101)
-            .chain(std::iter::repeat_n(1000, len - 2))
-            .chain([102])
-            .collect();
+        let row: Vec<i64> = std::iter::once(101).chain(std::iter::repeat_n(1000, len - 2)).chain([102]).collect();
         engine.embed(&[&row, &row[..len / 2]])?;
     }
     Ok(())
 }
 
-fn run_batch(engine: &TextEngine, model: &str, version: u64, batch: Vec<Job>) -> Vec<Finished> {
+/// Runs one batch and answers each of its requests; returns the answers and
+/// the model-call time in ms.
+fn run_batch(engine: &TextEngine, model: &str, version: u64, batch: Batch<Job>) -> (Vec<Finished>, f64) {
     let started_ms = now_ms();
     let started = Instant::now();
-    let rows: Vec<&[i64]> = batch.iter().map(|j| j.ids.as_slice()).collect();
+    let rows: Vec<&[i64]> = batch.items.iter().map(|j| j.ids.as_slice()).collect();
     let outcome = engine.embed(&rows);
     let infer_s = started.elapsed().as_secs_f64();
-    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let real: usize = rows.iter().map(|r| r.len()).sum();
     metrics::histogram!(m::BATCH_SIZE, "model" => model.to_owned()).record(rows.len() as f64);
-    metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_owned())
-        .record((rows.len() * longest) as f64);
-    metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_owned())
-        .record(real as f64 / (rows.len() * longest).max(1) as f64);
+    metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_owned()).record(batch.computed_tokens() as f64);
+    metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_owned()).record(batch.padding_efficiency());
     metrics::histogram!(m::INFERENCE_SECONDS, "model" => model.to_owned()).record(infer_s);
     let embeddings = match outcome {
         Ok(embeddings) => embeddings.into_iter().map(Ok).collect::<Vec<_>>(),
@@ -380,19 +320,13 @@ fn run_batch(engine: &TextEngine, model: &str, version: u64, batch: Vec<Job>) ->
             // One bad row must not fail its neighbours: retry each row alone,
             // once; a row that fails alone is answered model_failed.
             tracing::warn!(error = %e, rows = rows.len(), "batch failed; retrying rows one by one");
-            rows.iter()
-                .map(|row| {
-                    engine
-                        .embed(&[row])
-                        .map(|mut v| v.remove(0))
-                        .map_err(|e| e.to_string())
-                })
-                .collect()
+            rows.iter().map(|row| engine.embed(&[row]).map(|mut v| v.remove(0)).map_err(|e| e.to_string())).collect()
         }
     };
     let infer_ms = started.elapsed().as_secs_f64() * 1000.0;
     let done_ms = now_ms();
-    batch
+    let finished = batch
+        .items
         .into_iter()
         .zip(embeddings)
         .map(|(job, embedding)| {
@@ -409,7 +343,8 @@ fn run_batch(engine: &TextEngine, model: &str, version: u64, batch: Vec<Job>) ->
             };
             Finished { position: job.position, id: job.id, answer }
         })
-        .collect()
+        .collect();
+    (finished, infer_ms)
 }
 
 async fn run_sink(
@@ -429,23 +364,17 @@ async fn run_sink(
                 for f in &finished {
                     let model = f.answer.model.clone();
                     metrics::counter!(m::REQUESTS_TOTAL, "model" => model.clone(), "status" => f.answer.status.as_str()).increment(1);
-                    metrics::histogram!(m::E2E_SECONDS, "model" => model)
-                        .record(f.answer.timings_ms.total / 1000.0);
+                    metrics::histogram!(m::E2E_SECONDS, "model" => model).record(f.answer.timings_ms.total / 1000.0);
                     tracing::debug!(id = %f.id, status = f.answer.status.as_str(), "answered");
                     committer.done(&f.position);
                 }
             }
-            SinkItem::DeadLetter {
-                inbound,
-                reason,
-                detail,
-            } => {
+            SinkItem::DeadLetter { inbound, reason, detail } => {
                 let mut backoff = Backoff::new();
                 while let Err(e) = dead_letters.send(&inbound, reason, &detail).await {
                     backoff.wait("dead-letter send", &e).await;
                 }
-                metrics::counter!(m::DLQ_TOTAL, "model" => model.to_string(), "reason" => reason)
-                    .increment(1);
+                metrics::counter!(m::DLQ_TOTAL, "model" => model.to_string(), "reason" => reason).increment(1);
                 tracing::warn!(
                     reason,
                     detail,

@@ -11,10 +11,7 @@ pub enum RepositoryError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("listing {path}: {source}")]
-    List {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    List { path: PathBuf, source: std::io::Error },
     #[error("{path} holds no version directory (a number, e.g. 1/)")]
     NoVersion { path: PathBuf },
     #[error("config pins version {version}, but {path} does not exist")]
@@ -44,36 +41,24 @@ pub fn resolve(repo: &Path, name: &ModelName) -> Result<ModelVersion, Repository
         Some(pinned) => {
             let dir = model_dir.join(pinned.to_string());
             if !dir.is_dir() {
-                return Err(RepositoryError::PinnedMissing {
-                    version: pinned,
-                    path: dir,
-                });
+                return Err(RepositoryError::PinnedMissing { version: pinned, path: dir });
             }
             pinned
         }
         None => highest_version(&model_dir)?,
     };
-    Ok(ModelVersion {
-        name: name.clone(),
-        version,
-        dir: model_dir.join(version.to_string()),
-        config,
-    })
+    Ok(ModelVersion { name: name.clone(), version, dir: model_dir.join(version.to_string()), config })
 }
 
 fn highest_version(model_dir: &Path) -> Result<u64, RepositoryError> {
-    let entries = std::fs::read_dir(model_dir).map_err(|source| RepositoryError::List {
-        path: model_dir.to_owned(),
-        source,
-    })?;
+    let entries =
+        std::fs::read_dir(model_dir).map_err(|source| RepositoryError::List { path: model_dir.to_owned(), source })?;
     entries
         .filter_map(Result::ok)
         .filter(|e| e.path().is_dir())
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u64>().ok()))
         .max()
-        .ok_or_else(|| RepositoryError::NoVersion {
-            path: model_dir.to_owned(),
-        })
+        .ok_or_else(|| RepositoryError::NoVersion { path: model_dir.to_owned() })
 }
 
 #[cfg(test)]
@@ -81,11 +66,7 @@ mod tests {
     use super::*;
 
     fn repo_with(versions: &[&str], pin: Option<u64>) -> PathBuf {
-        let root = std::env::temp_dir().join(format!(
-            "fleet-repo-{}-{}",
-            std::process::id(),
-            versions.join("_")
-        ));
+        let root = std::env::temp_dir().join(format!("fleet-repo-{}-{}", std::process::id(), versions.join("_")));
         let model = root.join("m");
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&model).unwrap();
@@ -95,7 +76,9 @@ mod tests {
         let pin_line = pin.map(|v| format!("version = {v}\n")).unwrap_or_default();
         std::fs::write(
             model.join("config.toml"),
-            format!("kind = \"text\"\n{pin_line}[text]\nmax_seq_len = 8\n[batching]\nmax_batch_size = 2\nmax_wait_ms = 1\n"),
+            format!(
+                "kind = \"text\"\n{pin_line}[text]\nmax_seq_len = 8\n[batching]\nmax_batch_size = 2\nmax_batch_tokens = 16\nmax_attention_cells = 128\nmax_wait_ms = 1\n"
+            ),
         )
         .unwrap();
         root
@@ -112,12 +95,7 @@ mod tests {
     #[test]
     fn a_pin_wins_and_must_exist() {
         let root = repo_with(&["1", "2"], Some(1));
-        assert_eq!(
-            resolve(&root, &ModelName::parse("m").unwrap())
-                .unwrap()
-                .version,
-            1
-        );
+        assert_eq!(resolve(&root, &ModelName::parse("m").unwrap()).unwrap().version, 1);
         let root = repo_with(&["3"], Some(7));
         assert!(matches!(
             resolve(&root, &ModelName::parse("m").unwrap()),
@@ -128,9 +106,6 @@ mod tests {
     #[test]
     fn no_version_is_an_error() {
         let root = repo_with(&[], None);
-        assert!(matches!(
-            resolve(&root, &ModelName::parse("m").unwrap()),
-            Err(RepositoryError::NoVersion { .. })
-        ));
+        assert!(matches!(resolve(&root, &ModelName::parse("m").unwrap()), Err(RepositoryError::NoVersion { .. })));
     }
 }

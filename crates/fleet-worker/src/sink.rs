@@ -51,8 +51,7 @@ impl ResultSink {
         let ttl = self.result_ttl_s as i64;
         for f in finished {
             let (result, ready) = (keys::result_key(&f.id), keys::ready_key(&f.id));
-            pipe.hset(&result, &f.answer.model, f.answer.to_json())
-                .ignore();
+            pipe.hset(&result, &f.answer.model, f.answer.to_json()).ignore();
             pipe.rpush(&ready, &f.answer.model).ignore();
             pipe.expire(&result, ttl).ignore();
             pipe.expire(&ready, ttl).ignore();
@@ -74,27 +73,13 @@ impl DeadLetters {
     }
 
     /// Copies the message (key, value, headers) to the DLQ with the reason.
-    pub async fn send(
-        &self,
-        inbound: &Inbound,
-        reason: &str,
-        detail: &str,
-    ) -> Result<(), SinkError> {
+    pub async fn send(&self, inbound: &Inbound, reason: &str, detail: &str) -> Result<(), SinkError> {
         let mut hs = OwnedHeaders::new_with_capacity(inbound.headers.len() + 2);
         for (key, value) in &inbound.headers {
-            hs = hs.insert(Header {
-                key,
-                value: value.as_deref(),
-            });
+            hs = hs.insert(Header { key, value: value.as_deref() });
         }
-        hs = hs.insert(Header {
-            key: headers::DLQ_REASON,
-            value: Some(reason),
-        });
-        hs = hs.insert(Header {
-            key: headers::DLQ_DETAIL,
-            value: Some(detail),
-        });
+        hs = hs.insert(Header { key: headers::DLQ_REASON, value: Some(reason) });
+        hs = hs.insert(Header { key: headers::DLQ_DETAIL, value: Some(detail) });
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(hs);
         if let Some(key) = &inbound.key {
             record = record.key(key.as_slice());
@@ -102,10 +87,7 @@ impl DeadLetters {
         if let Some(payload) = &inbound.payload {
             record = record.payload(payload.as_slice());
         }
-        self.producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .map_err(|(e, _)| SinkError::Kafka(e))?;
+        self.producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| SinkError::Kafka(e))?;
         Ok(())
     }
 }

@@ -21,9 +21,7 @@ type SharedTracker = Arc<Mutex<CommitTracker>>;
 fn lock(tracker: &SharedTracker) -> MutexGuard<'_, CommitTracker> {
     // A panic while holding this lock cannot leave the tracker half-updated
     // in a way worse than losing it, so keep going with its state.
-    tracker
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    tracker.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub struct SourceContext {
@@ -75,15 +73,9 @@ impl Source {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            .create_with_context(SourceContext {
-                tracker: tracker.clone(),
-            })?;
+            .create_with_context(SourceContext { tracker: tracker.clone() })?;
         consumer.subscribe(&[topic])?;
-        Ok(Self {
-            consumer: Arc::new(consumer),
-            topic: topic.to_owned(),
-            tracker,
-        })
+        Ok(Self { consumer: Arc::new(consumer), topic: topic.to_owned(), tracker })
     }
 
     /// The next message, already tracked as in flight.
@@ -95,11 +87,7 @@ impl Source {
     }
 
     pub fn committer(&self) -> Committer {
-        Committer {
-            consumer: self.consumer.clone(),
-            topic: self.topic.clone(),
-            tracker: self.tracker.clone(),
-        }
+        Committer { consumer: self.consumer.clone(), topic: self.topic.clone(), tracker: self.tracker.clone() }
     }
 
     /// Messages read but not yet answered.
@@ -115,9 +103,7 @@ impl Committer {
             return;
         };
         let mut tpl = TopicPartitionList::new();
-        if let Err(e) =
-            tpl.add_partition_offset(&self.topic, position.partition, Offset::Offset(next))
-        {
+        if let Err(e) = tpl.add_partition_offset(&self.topic, position.partition, Offset::Offset(next)) {
             tracing::warn!(error = %e, "building offset list");
             return;
         }

@@ -33,46 +33,22 @@ pub struct TextTokenizer {
 
 impl TextTokenizer {
     pub fn load(path: &Path, max_seq_len: usize, truncate: bool) -> Result<Self, TokenizeError> {
-        let load_error = |reason: String| TokenizeError::Load {
-            path: path.display().to_string(),
-            reason,
-        };
+        let load_error = |reason: String| TokenizeError::Load { path: path.display().to_string(), reason };
         let mut inner = Tokenizer::from_file(path).map_err(|e| load_error(e.to_string()))?;
         inner.with_padding(None);
         inner
-            .with_truncation(Some(TruncationParams {
-                max_length: max_seq_len,
-                ..TruncationParams::default()
-            }))
+            .with_truncation(Some(TruncationParams { max_length: max_seq_len, ..TruncationParams::default() }))
             .map_err(|e| load_error(e.to_string()))?;
-        Ok(Self {
-            inner,
-            max_seq_len,
-            truncate,
-        })
+        Ok(Self { inner, max_seq_len, truncate })
     }
 
     pub fn tokenize(&self, text: &str) -> Result<Tokenized, TokenizeError> {
-        let encoding = self
-            .inner
-            .encode(text, true)
-            .map_err(|e| TokenizeError::Encode(e.to_string()))?;
+        let encoding = self.inner.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
         let truncated = !encoding.get_overflowing().is_empty();
         if truncated && !self.truncate {
-            let tokens = self.max_seq_len
-                + encoding
-                    .get_overflowing()
-                    .iter()
-                    .map(|o| o.len())
-                    .sum::<usize>();
-            return Err(TokenizeError::TooLong {
-                tokens,
-                max: self.max_seq_len,
-            });
+            let tokens = self.max_seq_len + encoding.get_overflowing().iter().map(|o| o.len()).sum::<usize>();
+            return Err(TokenizeError::TooLong { tokens, max: self.max_seq_len });
         }
-        Ok(Tokenized {
-            ids: encoding.get_ids().iter().map(|&id| i64::from(id)).collect(),
-            truncated,
-        })
+        Ok(Tokenized { ids: encoding.get_ids().iter().map(|&id| i64::from(id)).collect(), truncated })
     }
 }

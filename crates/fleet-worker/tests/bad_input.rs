@@ -13,10 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
 fn headers_for(id: &str, content_type: ContentType) -> Vec<(String, String)> {
@@ -28,11 +25,7 @@ fn headers_for(id: &str, content_type: ContentType) -> Vec<(String, String)> {
         deadline_ms: None,
         parts: 1,
     };
-    envelope
-        .to_headers()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect()
+    envelope.to_headers().into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 struct Case {
@@ -44,11 +37,7 @@ struct Case {
 fn case(id: &'static str, edit: impl FnOnce(&mut Vec<(String, String)>), payload: &[u8]) -> Case {
     let mut headers = headers_for(id, ContentType::Text);
     edit(&mut headers);
-    Case {
-        key: Some(id),
-        headers,
-        payload: payload.to_vec(),
-    }
+    Case { key: Some(id), headers, payload: payload.to_vec() }
 }
 
 fn set(headers: &mut Vec<(String, String)>, name: &str, value: &str) {
@@ -69,96 +58,48 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         ("bad-spec", Status::Error, Some(ErrorCode::BadRequest)),
         ("bad-utf8", Status::Error, Some(ErrorCode::DecodeFailed)),
         ("bad-empty", Status::Error, Some(ErrorCode::EmptyInput)),
-        (
-            "bad-content-type",
-            Status::Error,
-            Some(ErrorCode::UnsupportedFormat),
-        ),
-        (
-            "bad-image-to-text",
-            Status::Error,
-            Some(ErrorCode::UnsupportedFormat),
-        ),
+        ("bad-content-type", Status::Error, Some(ErrorCode::UnsupportedFormat)),
+        ("bad-image-to-text", Status::Error, Some(ErrorCode::UnsupportedFormat)),
         ("bad-huge", Status::Error, Some(ErrorCode::TextTooLong)),
         ("bad-expired", Status::Expired, None),
         ("good-after", Status::Ok, None),
     ];
     let mut cases = vec![
-        case(
-            "bad-no-time",
-            |hs| hs.retain(|(k, _)| k != h::TIME),
-            b"hello",
-        ),
+        case("bad-no-time", |hs| hs.retain(|(k, _)| k != h::TIME), b"hello"),
         case("bad-spec", |hs| set(hs, h::SPEC_VERSION, "0.3"), b"hello"),
         case("bad-utf8", |_| {}, b"caf\xe9 au lait"),
         case("bad-empty", |_| {}, b""),
-        case(
-            "bad-content-type",
-            |hs| set(hs, h::CONTENT_TYPE, "application/pdf"),
-            b"%PDF-1.7",
-        ),
-        case(
-            "bad-image-to-text",
-            |hs| set(hs, h::CONTENT_TYPE, "image/png"),
-            b"\x89PNG\r\n",
-        ),
+        case("bad-content-type", |hs| set(hs, h::CONTENT_TYPE, "application/pdf"), b"%PDF-1.7"),
+        case("bad-image-to-text", |hs| set(hs, h::CONTENT_TYPE, "image/png"), b"\x89PNG\r\n"),
         case("bad-huge", |_| {}, &vec![b'a'; 70_000]),
-        case(
-            "bad-expired",
-            |hs| set(hs, h::DEADLINE, "1000"),
-            b"too late",
-        ),
+        case("bad-expired", |hs| set(hs, h::DEADLINE, "1000"), b"too late"),
     ];
     // No key and no ce_id: nowhere to answer, so it must land in the DLQ.
     let mut anonymous = headers_for("unused", ContentType::Text);
     anonymous.retain(|(k, _)| k != h::ID);
-    cases.push(Case {
-        key: None,
-        headers: anonymous,
-        payload: b"who am I".to_vec(),
-    });
-    cases.push(case(
-        "good-after",
-        |_| {},
-        b"The worker still serves after bad input.",
-    ));
+    cases.push(Case { key: None, headers: anonymous, payload: b"who am I".to_vec() });
+    cases.push(case("good-after", |_| {}, b"The worker still serves after bad input."));
 
     let producer: FutureProducer = broker.kafka().client_config().create().unwrap();
     let topic = model.topic();
     for c in &cases {
-        let headers = c.headers.iter().fold(OwnedHeaders::new(), |hs, (k, v)| {
-            hs.insert(Header {
-                key: k,
-                value: Some(v),
-            })
-        });
-        let mut record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic)
-            .payload(c.payload.as_slice())
-            .headers(headers);
+        let headers =
+            c.headers.iter().fold(OwnedHeaders::new(), |hs, (k, v)| hs.insert(Header { key: k, value: Some(v) }));
+        let mut record: FutureRecord<'_, str, [u8]> =
+            FutureRecord::to(&topic).payload(c.payload.as_slice()).headers(headers);
         if let Some(key) = c.key {
             record = record.key(key);
         }
-        producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
     }
 
     let results = ResultClient::connect(&redis.url()).await.unwrap();
     for (id, status, code) in &expected {
         let id = RequestId::parse(id).unwrap();
-        let answers = results
-            .wait(&id, std::slice::from_ref(&model), Duration::from_secs(60))
-            .await
-            .unwrap();
+        let answers = results.wait(&id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
         let answer = &answers["minilm"];
         assert_eq!(answer.status, *status, "{id}: {answer:?}");
-        assert_eq!(
-            answer.error.as_ref().map(|e| e.code),
-            *code,
-            "{id}: {answer:?}"
-        );
+        assert_eq!(answer.error.as_ref().map(|e| e.code), *code, "{id}: {answer:?}");
         if let Some(error) = &answer.error {
             assert!(!error.message.is_empty());
         }
@@ -172,38 +113,19 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         .create()
         .unwrap();
     dlq.subscribe(&[&model.dlq_topic()]).unwrap();
-    let letter = tokio::time::timeout(Duration::from_secs(30), dlq.recv())
-        .await
-        .expect("no dead letter")
-        .unwrap();
+    let letter = tokio::time::timeout(Duration::from_secs(30), dlq.recv()).await.expect("no dead letter").unwrap();
     assert_eq!(letter.payload(), Some(&b"who am I"[..]));
-    let reason = letter
-        .headers()
-        .and_then(|hs| hs.iter().find(|hd| hd.key == h::DLQ_REASON))
-        .and_then(|hd| hd.value);
+    let reason = letter.headers().and_then(|hs| hs.iter().find(|hd| hd.key == h::DLQ_REASON)).and_then(|hd| hd.value);
     assert_eq!(reason, Some(&b"unreadable_request_id"[..]));
 
     let scrape = worker.scrape().await;
     assert_eq!(
-        metric_value(
-            &scrape,
-            "fleet_dlq_total",
-            &[("model", "minilm"), ("reason", "unreadable_request_id")]
-        ),
+        metric_value(&scrape, "fleet_dlq_total", &[("model", "minilm"), ("reason", "unreadable_request_id")]),
         1.0
     );
-    assert_eq!(
-        metric_value(&scrape, "fleet_ttl_dropped_total", &[("model", "minilm")]),
-        1.0
-    );
+    assert_eq!(metric_value(&scrape, "fleet_ttl_dropped_total", &[("model", "minilm")]), 1.0);
     let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &topic, 2).await;
-    assert!(
-        offsets.iter().all(|(c, high)| c == high),
-        "committed vs high watermark: {offsets:?}"
-    );
-    assert_eq!(
-        offsets.iter().map(|(_, high)| high).sum::<i64>(),
-        cases.len() as i64
-    );
+    assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
+    assert_eq!(offsets.iter().map(|(_, high)| high).sum::<i64>(), cases.len() as i64);
     assert!(worker.stop().success());
 }

@@ -13,10 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Parser)]
-#[command(
-    version,
-    about = "Send inference requests to the fleet and read the answers"
-)]
+#[command(version, about = "Send inference requests to the fleet and read the answers")]
 struct Cli {
     #[command(flatten)]
     kafka: KafkaArgs,
@@ -27,12 +24,7 @@ struct Cli {
 #[derive(Args)]
 struct KafkaArgs {
     /// Kafka bootstrap servers.
-    #[arg(
-        long,
-        env = "FLEET_BROKERS",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
+    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092", global = true)]
     brokers: String,
     /// Extra librdkafka property, key=value (repeatable).
     #[arg(long = "kafka-property", value_parser = parse_property, global = true)]
@@ -69,11 +61,7 @@ struct SendArgs {
     /// How long to wait for each request's answer.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
-    #[arg(
-        long,
-        env = "FLEET_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
+    #[arg(long, env = "FLEET_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis: String,
     /// Print a human summary (counts, throughput, latency, neighbours) instead of answer lines.
     #[arg(long, requires = "wait")]
@@ -101,15 +89,10 @@ struct TopicArgs {
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .init();
     let cli = Cli::parse();
-    let kafka = KafkaConfig {
-        brokers: cli.kafka.brokers,
-        extra: cli.kafka.kafka_properties,
-    };
+    let kafka = KafkaConfig { brokers: cli.kafka.brokers, extra: cli.kafka.kafka_properties };
     match cli.command {
         Command::Topics(args) => {
             let settings = TopicSettings {
@@ -118,15 +101,8 @@ async fn main() -> Result<()> {
                 ..TopicSettings::default()
             };
             for model in &args.models {
-                ensure_topics(&kafka, model, settings)
-                    .await
-                    .with_context(|| format!("creating topics of {model}"))?;
-                println!(
-                    "topics ready: {} ({} partitions), {}",
-                    model.topic(),
-                    settings.partitions,
-                    model.dlq_topic()
-                );
+                ensure_topics(&kafka, model, settings).await.with_context(|| format!("creating topics of {model}"))?;
+                println!("topics ready: {} ({} partitions), {}", model.topic(), settings.partitions, model.dlq_topic());
             }
             Ok(())
         }
@@ -137,28 +113,19 @@ async fn main() -> Result<()> {
 async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
     let mut texts = args.text.clone();
     if let Some(path) = &args.file {
-        let body =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        texts.extend(
-            body.lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(str::to_owned),
-        );
+        let body = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        texts.extend(body.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned));
     }
     if texts.is_empty() {
         bail!("nothing to send: give --text or --file");
     }
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
-    let prefix = args
-        .id_prefix
-        .clone()
-        .unwrap_or_else(|| format!("req-{now_ms}"));
+    let prefix = args.id_prefix.clone().unwrap_or_else(|| format!("req-{now_ms}"));
     let requests: Vec<Request> = texts
         .iter()
         .enumerate()
         .map(|(n, text)| {
-            let id = RequestId::parse(&format!("{prefix}-{n}"))
-                .context("building a request id from --id-prefix")?;
+            let id = RequestId::parse(&format!("{prefix}-{n}")).context("building a request id from --id-prefix")?;
             let request = Request::text(id, text.clone());
             Ok(match args.ttl_ms {
                 Some(ttl) => request.with_deadline_ms(now_ms + ttl),
@@ -176,12 +143,7 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
     for (request, delivered) in requests.iter().zip(join_all(pending).await) {
         delivered.with_context(|| format!("delivering {}", request.id))?;
     }
-    eprintln!(
-        "sent {} requests to {} in {:.2?}",
-        requests.len(),
-        args.model.topic(),
-        started.elapsed()
-    );
+    eprintln!("sent {} requests to {} in {:.2?}", requests.len(), args.model.topic(), started.elapsed());
     if !args.wait {
         return Ok(());
     }
@@ -207,10 +169,7 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
         }
     }
     if args.summary {
-        print!(
-            "{}",
-            summarise(&answered, started.elapsed(), args.pairs).render()
-        );
+        print!("{}", summarise(&answered, started.elapsed(), args.pairs).render());
     }
     if failures > 0 {
         bail!("{failures} of {} requests got no answer", requests.len());

@@ -13,10 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
 }
 
 fn wait_for_port(port: u16, what: &str, child: &mut Child) {
@@ -59,23 +56,14 @@ impl Broker {
         let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let mut child = Command::new(&bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://nisshi/"])
             .stdout(Stdio::null())
             .stderr(log_file(&format!("nisshi-{port}")))
             .spawn()
             .unwrap_or_else(|e| panic!("starting {bin} (run make setup): {e}"));
         wait_for_port(port, "nisshi", &mut child);
-        Self {
-            _process: Killed(child),
-            addr: format!("127.0.0.1:{port}"),
-        }
+        Self { _process: Killed(child), addr: format!("127.0.0.1:{port}") }
     }
 
     pub fn kafka(&self) -> KafkaConfig {
@@ -83,13 +71,8 @@ impl Broker {
     }
 
     pub async fn create_topics(&self, model: &ModelName, partitions: i32) {
-        let settings = TopicSettings {
-            partitions,
-            ..TopicSettings::default()
-        };
-        ensure_topics(&self.kafka(), model, settings)
-            .await
-            .expect("creating topics");
+        let settings = TopicSettings { partitions, ..TopicSettings::default() };
+        ensure_topics(&self.kafka(), model, settings).await.expect("creating topics");
     }
 }
 
@@ -102,24 +85,12 @@ impl Redis {
     pub fn start() -> Self {
         let port = free_port();
         let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .spawn()
             .expect("starting redis-server (run make setup)");
         wait_for_port(port, "redis-server", &mut child);
-        Self {
-            _process: Killed(child),
-            port,
-        }
+        Self { _process: Killed(child), port }
     }
 
     pub fn url(&self) -> String {
@@ -127,11 +98,7 @@ impl Redis {
     }
 
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connection")
+        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.expect("redis connection")
     }
 }
 
@@ -150,14 +117,7 @@ impl Worker {
     pub fn start(model: &str, broker: &Broker, redis: &Redis, extra: &[&str]) -> Self {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_fleet-worker"))
-            .args([
-                "--model",
-                model,
-                "--brokers",
-                &broker.addr,
-                "--redis",
-                &redis.url(),
-            ])
+            .args(["--model", model, "--brokers", &broker.addr, "--redis", &redis.url()])
             .arg("--model-repo")
             .arg(model_repo())
             .args(["--metrics-addr", &metrics.to_string()])
@@ -167,22 +127,14 @@ impl Worker {
             .stderr(log_file(&format!("worker-{model}-{}", metrics.port())))
             .spawn()
             .expect("starting fleet-worker");
-        Self {
-            process: Some(child),
-            metrics,
-        }
+        Self { process: Some(child), metrics }
     }
 
     /// The worker's /metrics text.
     pub async fn scrape(&self) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.metrics)
-            .await
-            .expect("metrics port");
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await
-            .unwrap();
+        let mut stream = tokio::net::TcpStream::connect(self.metrics).await.expect("metrics port");
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.unwrap();
         let mut body = String::new();
         stream.read_to_string(&mut body).await.unwrap();
         body
@@ -191,9 +143,7 @@ impl Worker {
     /// SIGTERM, then wait: the worker drains and commits before it exits.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.process.take().expect("worker already stopped");
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {
@@ -220,11 +170,7 @@ pub fn metric_value(scrape: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     scrape
         .lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -239,38 +185,24 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Polls until the group's committed offset of every partition of `topic`
 /// equals the partition's high watermark; returns the last (committed, high)
 /// pairs seen either way, for the assertion message.
-pub async fn wait_for_commits_at_end(
-    broker: &Broker,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-) -> Vec<(i64, i64)> {
+pub async fn wait_for_commits_at_end(broker: &Broker, group: &str, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::{Offset, TopicPartitionList};
-    let consumer: BaseConsumer = broker
-        .kafka()
-        .client_config()
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
+    let consumer: BaseConsumer = broker.kafka().client_config().set("group.id", group).create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let committed = consumer
-            .committed_offsets(tpl.clone(), Duration::from_secs(5))
-            .expect("committed offsets");
+        let committed = consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)).expect("committed offsets");
         let pairs: Vec<(i64, i64)> = (0..partitions)
             .map(|p| {
                 let c = match committed.find_partition(topic, p).map(|e| e.offset()) {
                     Some(Offset::Offset(o)) => o,
                     _ => -1,
                 };
-                let (_, high) = consumer
-                    .fetch_watermarks(topic, p, Duration::from_secs(5))
-                    .expect("watermarks");
+                let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).expect("watermarks");
                 (c, high)
             })
             .collect();
