@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test fmt lint
+.PHONY: setup demo test bench-batching bench-pipeline fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -9,6 +9,13 @@ demo:
 
 test:
 	bash scripts/test.sh
+
+# Benchmarks (docs/benchmarks.md): commands, not timed tests.
+bench-batching:
+	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" batching'
+
+bench-pipeline:
+	bash scripts/bench-pipeline.sh
 
 fmt:
 	cargo fmt --all

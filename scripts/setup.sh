@@ -19,6 +19,9 @@ command -v make >/dev/null || missing+=(make)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 [ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+# plotters (benchmark plots) renders text through fontconfig.
+[ -e /usr/include/fontconfig/fontconfig.h ] || missing+=(libfontconfig1-dev)
+fc-list 2>/dev/null | grep -q . || missing+=(fonts-dejavu-core)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "    installing: ${missing[*]}"
@@ -26,7 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
-ok "compilers, redis-server, python venv"
+ok "compilers, redis-server, python venv, fonts"
 
 step 2/6 "python venv with torch $FLEET_TORCH_VERSION ($FLEET_VENV)"
 if [ -f "$FLEET_VENV/.complete" ]; then
@@ -83,5 +86,5 @@ ok "models/minilm/config.toml"
 
 step 6/6 "build (cargo, release; target dir $CARGO_TARGET_DIR)"
 cargo build --release --workspace --all-targets
-ok "fleet-worker, fleet-produce in $FLEET_BIN_DIR"
+ok "fleet-worker, fleet-produce, fleet-bench in $FLEET_BIN_DIR"
 printf '\nsetup complete: try `make demo`, or `make test`\n'

@@ -30,10 +30,12 @@ pub struct WorkerArgs {
     /// Where /metrics, /healthz and /ready are served.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
-    /// libtorch intra-op threads. 1 is the measured best on a 2-core machine
-    /// shared with the consumer (see docs/benchmarks.md); raise it on big hosts.
-    #[arg(long, env = "FLEET_INTRA_OP_THREADS", default_value_t = 1)]
-    pub intra_op_threads: usize,
+    /// libtorch intra-op threads; default: the cores this process may use
+    /// (cgroup-aware). Measured best for one worker per host or pod; set 1
+    /// when workers share cores, or OpenMP barriers collapse throughput
+    /// (docs/benchmarks.md).
+    #[arg(long, env = "FLEET_INTRA_OP_THREADS")]
+    pub intra_op_threads: Option<usize>,
     /// cpu, cuda, or auto (CUDA when available).
     #[arg(long, env = "FLEET_DEVICE", default_value = "auto")]
     pub device: DeviceChoice,
@@ -44,6 +46,14 @@ pub enum DeviceChoice {
     Auto,
     Cpu,
     Cuda,
+}
+
+impl WorkerArgs {
+    pub fn intra_op_threads(&self) -> usize {
+        self.intra_op_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+            .max(1)
+    }
 }
 
 fn parse_property(raw: &str) -> Result<(String, String), String> {

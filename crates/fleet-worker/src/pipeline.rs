@@ -264,7 +264,7 @@ fn spawn_engine(
     timings: mpsc::UnboundedSender<BatchTiming>,
 ) -> Result<EngineHandle> {
     let device = choose_device(args.device)?;
-    let threads = args.intra_op_threads.max(1) as i32;
+    let threads = args.intra_op_threads() as i32;
     let path = version.file("model.pt");
     let (model, number) = (version.name.to_string(), version.version);
     let (ready_tx, ready) = oneshot::channel();

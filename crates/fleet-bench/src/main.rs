@@ -1,0 +1,225 @@
+//! `fleet-bench`: measurements of the worker's batching on the real model.
+//!
+//! - `batching`: FIFO batches of 32 (the seed service) against the bucket
+//!   batcher with its default limits, on one seeded workload in one run,
+//!   plus a sweep of `max_batch_tokens`. Last line:
+//!   `RESULT batching throughput_ratio=<bucket/fifo> padding_efficiency=<bucket>`.
+//! - `raw`: the engine alone over a file of texts with the worker's batcher:
+//!   the ceiling the full Kafka → Redis path is compared against.
+
+mod measure;
+mod plot;
+mod strategy;
+mod workload;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use fleet_worker::engine::TextEngine;
+use fleet_worker::repository::{self, ModelVersion};
+use fleet_worker::tokenize::TextTokenizer;
+use measure::{measure, warm_up, Measured};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(about = "Batching benchmarks on the real model (CPU)")]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Common {
+    #[arg(long, default_value = "models", global = true)]
+    model_repo: PathBuf,
+    #[arg(long, default_value = "minilm", global = true)]
+    model: fleet_proto::ModelName,
+    /// libtorch intra-op threads (the worker's --intra-op-threads).
+    #[arg(long, default_value_t = 2, global = true)]
+    threads: i32,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Batching(BatchingArgs),
+    Raw(RawArgs),
+}
+
+#[derive(Args)]
+struct BatchingArgs {
+    /// Sentences the workload is made of.
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, default_value_t = 32)]
+    fifo_batch: usize,
+    /// max_batch_tokens values to sweep (attention budget scaled along, ×128).
+    #[arg(long, value_delimiter = ',', default_value = "512,1024,2048,4096,8192,16384")]
+    sweep: Vec<usize>,
+    /// Texts per sweep point (the workload's first ones).
+    #[arg(long, default_value_t = 1000)]
+    sweep_count: usize,
+    #[arg(long, default_value = "docs/img/batching.png")]
+    plot: PathBuf,
+}
+
+#[derive(Args)]
+struct RawArgs {
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    file: PathBuf,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tch::set_num_threads(cli.common.threads);
+    tch::set_num_interop_threads(1);
+    let version = repository::resolve(&cli.common.model_repo, &cli.common.model)?;
+    let text = version.config.text().cloned().context("a text model is needed")?;
+    let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, true)?;
+    let engine = TextEngine::load(&version.file("model.pt"), tch::Device::Cpu)?;
+    println!("machine: {}", machine());
+    println!("model: {} version {}, intra-op threads {}", version.name, version.version, cli.common.threads);
+    match cli.command {
+        Command::Batching(args) => batching(&args, &version, &tokenizer, &engine, text.max_seq_len),
+        Command::Raw(args) => raw(&args, &version, &tokenizer, &engine, text.max_seq_len),
+    }
+}
+
+fn tokenize_all(tokenizer: &TextTokenizer, texts: &[String]) -> Result<Vec<Vec<i64>>> {
+    texts.iter().map(|t| Ok(tokenizer.tokenize(t)?.ids)).collect()
+}
+
+fn read_lines(path: &PathBuf) -> Result<Vec<String>> {
+    let body = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(body.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect())
+}
+
+fn batching(
+    args: &BatchingArgs,
+    version: &ModelVersion,
+    tokenizer: &TextTokenizer,
+    engine: &TextEngine,
+    max_seq_len: usize,
+) -> Result<()> {
+    let corpus = read_lines(&args.corpus)?;
+    let texts = workload::generate(&corpus, args.count, args.seed);
+    let tokens = tokenize_all(tokenizer, &texts)?;
+    let lens: Vec<usize> = tokens.iter().map(Vec::len).collect();
+    let mut sorted = lens.clone();
+    sorted.sort_unstable();
+    let q = |p: f64| sorted[((p * sorted.len() as f64) as usize).min(sorted.len() - 1)];
+    println!(
+        "workload: {} texts (seed {}), tokens p50 {} p90 {} p99 {} max {}, {} total",
+        lens.len(),
+        args.seed,
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        sorted[sorted.len() - 1],
+        lens.iter().sum::<usize>()
+    );
+
+    let limits = version.config.batching.limits(max_seq_len);
+    println!(
+        "bucket limits (config.toml): {} buckets, max_batch_size {}, max_batch_tokens {}, max_attention_cells {}",
+        limits.boundaries.len(),
+        limits.max_batch_size,
+        limits.max_batch_tokens,
+        limits.max_attention_cells
+    );
+    let fifo_batches = strategy::fifo(&lens, args.fifo_batch);
+    let bucket_batches = strategy::bucketed(&lens, &limits);
+    warm_up(engine, &tokens, &fifo_batches)?;
+    let fifo = measure(&format!("fifo-{}", args.fifo_batch), engine, &tokens, &fifo_batches)?;
+    warm_up(engine, &tokens, &bucket_batches)?;
+    let bucket = measure("bucket", engine, &tokens, &bucket_batches)?;
+    print_table(&[&fifo, &bucket]);
+
+    let sweep_lens = &lens[..args.sweep_count.min(lens.len())];
+    let sweep_tokens = &tokens[..sweep_lens.len()];
+    let mut sweep = Vec::new();
+    println!("\nsweep of max_batch_tokens over the first {} texts (max_attention_cells = 128 × tokens, at least one full row):", sweep_lens.len());
+    for &budget in &args.sweep {
+        let mut l = limits.clone();
+        l.max_batch_tokens = budget.max(max_seq_len);
+        l.max_attention_cells = (budget * 128).max(max_seq_len * max_seq_len);
+        l.max_batch_size = usize::MAX;
+        let batches = strategy::bucketed(sweep_lens, &l);
+        warm_up(engine, sweep_tokens, &batches)?;
+        let m = measure(&format!("tokens={budget}"), engine, sweep_tokens, &batches)?;
+        sweep.push((budget, m));
+    }
+    print_table(&sweep.iter().map(|(_, m)| m).collect::<Vec<_>>());
+
+    if let Err(e) = plot::batching_png(&args.plot, &[fifo.clone(), bucket.clone()], &sweep) {
+        eprintln!("plot not written: {e}");
+    } else {
+        println!("\nplot: {}", args.plot.display());
+    }
+    println!(
+        "RESULT batching throughput_ratio={:.2} padding_efficiency={:.3}",
+        bucket.throughput() / fifo.throughput(),
+        bucket.padding_efficiency
+    );
+    Ok(())
+}
+
+fn raw(
+    args: &RawArgs,
+    version: &ModelVersion,
+    tokenizer: &TextTokenizer,
+    engine: &TextEngine,
+    max_seq_len: usize,
+) -> Result<()> {
+    let texts = read_lines(&args.file)?;
+    let tokens = tokenize_all(tokenizer, &texts)?;
+    let lens: Vec<usize> = tokens.iter().map(Vec::len).collect();
+    let batches = strategy::bucketed(&lens, &version.config.batching.limits(max_seq_len));
+    warm_up(engine, &tokens, &batches)?;
+    let m = measure("raw-tch", engine, &tokens, &batches)?;
+    print_table(&[&m]);
+    println!("RESULT raw throughput={:.1}", m.throughput());
+    Ok(())
+}
+
+fn print_table(rows: &[&Measured]) {
+    println!(
+        "{:<14} {:>12} {:>8} {:>13} {:>13} {:>11} {:>14} {:>14}",
+        "strategy",
+        "sentences/s",
+        "batches",
+        "p50 batch ms",
+        "p99 batch ms",
+        "padding eff",
+        "max attn cells",
+        "peak RSS MiB"
+    );
+    for m in rows {
+        println!(
+            "{:<14} {:>12.1} {:>8} {:>13.1} {:>13.1} {:>11.3} {:>14} {:>14}",
+            m.name,
+            m.throughput(),
+            m.batches,
+            m.p50_batch_ms,
+            m.p99_batch_ms,
+            m.padding_efficiency,
+            m.max_attention_cells,
+            m.peak_rss_mib.map_or("-".into(), |v| format!("{v:.0}"))
+        );
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cores} cores, {cpu}")
+}
