@@ -22,7 +22,10 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 # plotters (benchmark plots) renders text through fontconfig.
 [ -e /usr/include/fontconfig/fontconfig.h ] || missing+=(libfontconfig1-dev)
 fc-list 2>/dev/null | grep -q . || missing+=(fonts-dejavu-core)
-python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# The machine's python, never the venv's (env.sh puts the venv first on PATH).
+system_python=$(PATH="${PATH//$FLEET_VENV\/bin:/}" command -v python3 || true)
+[ -n "$system_python" ] || missing+=(python3)
+"${system_python:-python3}" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "    installing: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -36,7 +39,7 @@ if [ -f "$FLEET_VENV/.complete" ]; then
   ok "cached"
 else
   rm -rf "$FLEET_VENV"
-  python3 -m venv "$FLEET_VENV"
+  "$system_python" -m venv "$FLEET_VENV"
   echo "    pip install (about 5 GB, a few minutes; log: $FLEET_CACHE/logs/venv.log)"
   "$FLEET_VENV/bin/pip" install --progress-bar off \
     "torch==$FLEET_TORCH_VERSION" \
