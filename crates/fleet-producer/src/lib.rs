@@ -7,6 +7,7 @@
 //! topic settings are decided. This crate must never depend on libtorch:
 //! producers embed it.
 
+pub mod admission;
 pub mod kafka_config;
 pub mod producer;
 pub mod request;
@@ -14,6 +15,7 @@ pub mod results;
 pub mod summary;
 pub mod topics;
 
+pub use admission::{BacklogGuard, Overloaded};
 pub use kafka_config::KafkaConfig;
 pub use producer::{Delivery, FleetProducer, SendError};
 pub use request::Request;

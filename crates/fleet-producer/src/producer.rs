@@ -5,6 +5,7 @@
 //! caps a producer at a few hundred messages per second, so callers should
 //! keep thousands of deliveries pending and await them together.
 
+use crate::admission::{BacklogGuard, Overloaded};
 use crate::{KafkaConfig, Request};
 use fleet_proto::{Envelope, ModelName};
 use futures::FutureExt;
@@ -22,11 +23,15 @@ pub enum SendError {
     Kafka(#[from] KafkaError),
     #[error("the producer was dropped before the message was delivered")]
     Canceled,
+    /// The model's backlog is above the configured limit: nothing was sent.
+    #[error(transparent)]
+    Overloaded(#[from] Overloaded),
 }
 
 pub struct FleetProducer {
     inner: FutureProducer,
     source: String,
+    guard: Option<BacklogGuard>,
 }
 
 /// Where a delivered message landed.
@@ -62,12 +67,22 @@ impl FleetProducer {
             .set("queue.buffering.max.messages", "200000")
             .set("message.timeout.ms", "30000")
             .create()?;
-        Ok(Self { inner, source: source.to_owned() })
+        Ok(Self { inner, source: source.to_owned(), guard: None })
+    }
+
+    /// Refuse sends with [`SendError::Overloaded`] while the model's backlog
+    /// is above the guard's limit.
+    pub fn with_admission(mut self, guard: BacklogGuard) -> Self {
+        self.guard = Some(guard);
+        self
     }
 
     /// Enqueues one request for `model`; waits only while librdkafka's local
     /// queue is full. Await the returned [`Delivery`] for the broker's ack.
     pub async fn send(&self, model: &ModelName, request: &Request) -> Result<Delivery, SendError> {
+        if let Some(guard) = &self.guard {
+            guard.check(model).await?;
+        }
         let envelope = Envelope {
             id: request.id.clone(),
             source: self.source.clone(),

@@ -7,6 +7,7 @@
 //! rule here is unit-testable and identical on both sides of the broker.
 
 pub mod answer;
+pub mod backlog;
 pub mod content_type;
 pub mod envelope;
 pub mod headers;

@@ -5,11 +5,12 @@
 //! is done". So a partition's commit position is its lowest offset still in
 //! flight, or one past the highest seen when nothing is. Pure state machine.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Default)]
 struct PartitionState {
-    in_flight: BTreeSet<i64>,
+    /// Offset → message size in bytes.
+    in_flight: BTreeMap<i64, usize>,
     highest_seen: Option<i64>,
     /// Last position handed out for committing.
     committed: Option<i64>,
@@ -17,22 +18,25 @@ struct PartitionState {
 
 impl PartitionState {
     fn position(&self) -> Option<i64> {
-        self.in_flight.first().copied().or_else(|| self.highest_seen.map(|h| h + 1))
+        self.in_flight.keys().next().copied().or_else(|| self.highest_seen.map(|h| h + 1))
     }
 }
 
 #[derive(Debug, Default)]
 pub struct CommitTracker {
     partitions: BTreeMap<i32, PartitionState>,
+    bytes: usize,
 }
 
 impl CommitTracker {
     /// A message was read and is now in flight.
-    pub fn track(&mut self, partition: i32, offset: i64) {
+    pub fn track(&mut self, partition: i32, offset: i64, bytes: usize) {
         let state = self.partitions.entry(partition).or_default();
         // The first offset read is where the group already stands.
         state.committed.get_or_insert(offset);
-        state.in_flight.insert(offset);
+        if state.in_flight.insert(offset, bytes).is_none() {
+            self.bytes += bytes;
+        }
         state.highest_seen = Some(state.highest_seen.map_or(offset, |h| h.max(offset)));
     }
 
@@ -40,9 +44,10 @@ impl CommitTracker {
     /// (next offset to consume) when it moved forward.
     pub fn complete(&mut self, partition: i32, offset: i64) -> Option<i64> {
         let state = self.partitions.get_mut(&partition)?;
-        if !state.in_flight.remove(&offset) {
+        let Some(bytes) = state.in_flight.remove(&offset) else {
             return None; // not ours (revoked and reassigned since), or done twice
-        }
+        };
+        self.bytes -= bytes;
         let position = state.position()?;
         if state.committed.is_some_and(|c| c >= position) {
             return None;
@@ -53,12 +58,19 @@ impl CommitTracker {
 
     /// The partition was revoked: forget it, late completions are ignored.
     pub fn forget(&mut self, partition: i32) {
-        self.partitions.remove(&partition);
+        if let Some(state) = self.partitions.remove(&partition) {
+            self.bytes -= state.in_flight.values().sum::<usize>();
+        }
     }
 
     /// Messages read but not answered yet, over all partitions.
     pub fn in_flight(&self) -> usize {
         self.partitions.values().map(|s| s.in_flight.len()).sum()
+    }
+
+    /// Bytes of the messages in flight.
+    pub fn in_flight_bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -71,21 +83,23 @@ mod tests {
     fn waits_for_the_lowest_offset() {
         let mut t = CommitTracker::default();
         for o in 10..13 {
-            t.track(0, o);
+            t.track(0, o, 10);
         }
+        assert_eq!(t.in_flight_bytes(), 30);
         assert_eq!(t.complete(0, 12), None);
         assert_eq!(t.complete(0, 11), None);
         assert_eq!(t.complete(0, 10), Some(13));
-        assert_eq!(t.in_flight(), 0);
+        assert_eq!((t.in_flight(), t.in_flight_bytes()), (0, 0));
     }
 
     #[test]
     fn partitions_are_independent_and_revocation_forgets() {
         let mut t = CommitTracker::default();
-        t.track(0, 5);
-        t.track(1, 9);
+        t.track(0, 5, 100);
+        t.track(1, 9, 7);
         assert_eq!(t.complete(1, 9), Some(10));
         t.forget(0);
+        assert_eq!(t.in_flight_bytes(), 0);
         assert_eq!(t.complete(0, 5), None);
         assert_eq!(t.complete(1, 9), None, "a second completion is ignored");
     }
@@ -101,10 +115,10 @@ mod tests {
         ) {
             let offsets: Vec<i64> = gaps.iter().scan(0i64, |acc, g| { *acc += g; Some(*acc) }).collect();
             let mut t = CommitTracker::default();
-            for &o in &offsets { t.track(3, o); }
+            for &o in &offsets { t.track(3, o, 1); }
             let mut finish: Vec<(u32, i64)> = offsets.iter().zip(&order_seed).map(|(&o, &k)| (k, o)).collect();
             finish.sort();
-            let mut done = BTreeSet::new();
+            let mut done = std::collections::BTreeSet::new();
             let mut last = i64::MIN;
             for (_, o) in finish {
                 done.insert(o);

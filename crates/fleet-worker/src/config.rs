@@ -36,6 +36,26 @@ pub struct WorkerArgs {
     /// (docs/benchmarks.md).
     #[arg(long, env = "FLEET_INTRA_OP_THREADS")]
     pub intra_op_threads: Option<usize>,
+    /// Most messages held between reading and answering; above it the
+    /// worker pauses its partitions (fleet_queue_depth never exceeds it).
+    #[arg(long, env = "FLEET_MAX_IN_FLIGHT", default_value_t = 1024)]
+    pub max_in_flight: usize,
+    /// Most bytes (key + value + headers) held between reading and answering.
+    #[arg(long, env = "FLEET_MAX_IN_FLIGHT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_in_flight_bytes: usize,
+    /// Reading resumes once both holdings fall to this percentage of their limits.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=99))]
+    pub low_water_percent: u8,
+    /// librdkafka's prefetch queue cap (queued.max.messages.kbytes).
+    #[arg(long, env = "FLEET_PREFETCH_KBYTES", default_value_t = 16 * 1024)]
+    pub prefetch_kbytes: usize,
+    /// On SIGTERM: how long to finish, write and commit in-flight work
+    /// (keep it below the pod's terminationGracePeriodSeconds).
+    #[arg(long, env = "FLEET_DRAIN_TIMEOUT", default_value = "25s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: std::time::Duration,
+    /// This worker's name in the backlog report; default: $HOSTNAME (the pod), else pid.
+    #[arg(long, env = "FLEET_WORKER_ID")]
+    pub worker_id: Option<String>,
     /// cpu, cuda, or auto (CUDA when available).
     #[arg(long, env = "FLEET_DEVICE", default_value = "auto")]
     pub device: DeviceChoice,
@@ -49,6 +69,13 @@ pub enum DeviceChoice {
 }
 
 impl WorkerArgs {
+    pub fn worker_id(&self) -> String {
+        self.worker_id
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(|| format!("pid-{}", std::process::id()))
+    }
+
     pub fn intra_op_threads(&self) -> usize {
         self.intra_op_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))

@@ -10,6 +10,7 @@ pub mod batcher;
 pub mod commit;
 pub mod config;
 pub mod engine;
+pub mod flow;
 pub mod message;
 pub mod metrics;
 pub mod pipeline;

@@ -15,6 +15,11 @@ pub const PADDING_EFFICIENCY: &str = "fleet_padding_efficiency";
 pub const QUEUE_WAIT_SECONDS: &str = "fleet_queue_wait_seconds";
 pub const INFERENCE_SECONDS: &str = "fleet_inference_seconds";
 pub const E2E_SECONDS: &str = "fleet_e2e_seconds";
+/// Rows handed to the model (a batch of n counts n): proves what was *not*
+/// computed (expired, cached) without relying on timings.
+pub const MODEL_ROWS_TOTAL: &str = "fleet_model_rows_total";
+/// 1 while the source has paused its partitions because it holds its limit.
+pub const CONSUMER_PAUSED: &str = "fleet_consumer_paused";
 
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];

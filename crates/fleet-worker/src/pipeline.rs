@@ -11,10 +11,11 @@ use crate::admission::{Admission, AdmissionPolicy};
 use crate::batcher::{Batch, BucketBatcher, BucketLimits};
 use crate::config::WorkerArgs;
 use crate::engine::{choose_device, TextEngine};
+use crate::flow::{FlowGate, FlowLimits, Transition};
 use crate::message::{Inbound, Position};
 use crate::metrics as m;
 use crate::repository::{self, ModelVersion};
-use crate::sink::{DeadLetters, Finished, ResultSink};
+use crate::sink::{BacklogPublisher, DeadLetters, Finished, ResultSink};
 use crate::source::{Committer, Source};
 use crate::tokenize::{TextTokenizer, TokenizeError};
 use anyhow::{bail, Context, Result};
@@ -22,6 +23,7 @@ use fleet_proto::{Answer, ErrorCode, ModelName, RequestId, Status, Timings};
 use rdkafka::ClientConfig;
 use serde_json::json;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 
@@ -80,29 +82,79 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     engine.ready.await.context("engine thread died during warm-up")??;
     tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
 
-    let source = Source::subscribe(kafka, &args.model.consumer_group(), &args.model.topic())?;
+    let source = Arc::new(Source::subscribe(
+        kafka,
+        args.model.as_str(),
+        &args.model.consumer_group(),
+        &args.model.topic(),
+        args.prefetch_kbytes,
+    )?);
     let committer = source.committer();
+    let backlog = BacklogPublisher::connect(&args.redis, &args.model, args.worker_id()).await?;
+    let (stop_reporting, reporting_stopped) = oneshot::channel::<()>();
+    let reporter = tokio::spawn(report_backlog(source.clone(), backlog, reporting_stopped));
     let sink = tokio::spawn(run_sink(args.model.clone(), sink_rx, results, dead_letters, committer.clone()));
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
     let limits = version.config.batching.limits(text.max_seq_len);
     let stages = BatcherStages { jobs: job_rx, batches: batch_tx, timings: timing_rx, sink: sink_tx.clone() };
     let batcher = tokio::spawn(run_batcher(stages, limits, policy.clone()));
 
-    consume(&source, &policy, &tokenizer, &job_tx, &sink_tx, shutdown).await;
-    tracing::info!(in_flight = source.in_flight(), "draining");
+    let flow = FlowLimits {
+        max_messages: args.max_in_flight.max(1),
+        max_bytes: args.max_in_flight_bytes.max(1),
+        low_water_percent: usize::from(args.low_water_percent),
+    };
+    consume(&source, flow, &policy, &tokenizer, &job_tx, &sink_tx, shutdown).await;
+    tracing::info!(in_flight = source.in_flight(), timeout = ?args.drain_timeout, "draining");
     drop((job_tx, sink_tx));
-    batcher.await.context("batcher task")?;
-    if engine.thread.join().is_err() {
-        bail!("engine thread panicked");
+    let drain = async {
+        batcher.await.context("batcher task")?;
+        let joined = tokio::task::spawn_blocking(move || engine.thread.join()).await.context("engine join")?;
+        if joined.is_err() {
+            bail!("engine thread panicked");
+        }
+        sink.await.context("sink task")
+    };
+    let drained = tokio::time::timeout(args.drain_timeout, drain).await;
+    let _ = stop_reporting.send(());
+    let _ = reporter.await;
+    match drained {
+        Ok(result) => result?,
+        // What is not answered yet keeps its offset uncommitted: the next
+        // owner of the partition reads it again.
+        Err(_) => tracing::warn!(left = source.in_flight(), "drain timed out; unanswered messages will be redelivered"),
     }
-    sink.await.context("sink task")?;
     committer.commit_now().context("final offset commit")?;
-    tracing::info!("stopped cleanly");
+    tracing::info!("stopped");
     Ok(())
+}
+
+/// Every second: this worker's backlog into Redis, for producer admission.
+async fn report_backlog(source: Arc<Source>, mut publisher: BacklogPublisher, mut stop: oneshot::Receiver<()>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        let probe = source.clone();
+        match tokio::task::spawn_blocking(move || probe.backlog(Duration::from_secs(1))).await {
+            Ok(Ok(backlog)) => {
+                if let Err(e) = publisher.publish(backlog, now_ms()).await {
+                    tracing::debug!(error = %e, "backlog not published");
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "backlog not measured"),
+            Err(e) => tracing::warn!(error = %e, "backlog probe panicked"),
+        }
+    }
+    let _ = publisher.withdraw().await;
 }
 
 async fn consume(
     source: &Source,
+    flow: FlowLimits,
     policy: &AdmissionPolicy,
     tokenizer: &TextTokenizer,
     jobs: &mpsc::Sender<Job>,
@@ -110,7 +162,36 @@ async fn consume(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let mut gate = FlowGate::new(flow);
+    let paused_gauge = metrics::gauge!(m::CONSUMER_PAUSED, "model" => policy.model.to_string());
     loop {
+        let (messages, bytes) = source.held();
+        match gate.update(messages, bytes) {
+            Some(Transition::Pause) => {
+                tracing::info!(messages, bytes, "in-flight limit reached; pausing partitions");
+                paused_gauge.set(1.0);
+            }
+            Some(Transition::Resume) => {
+                if let Err(e) = source.resume() {
+                    tracing::warn!(error = %e, "resume failed");
+                }
+                tracing::info!(messages, bytes, "below the low-water mark; resuming");
+                paused_gauge.set(0.0);
+            }
+            None => {}
+        }
+        if gate.is_paused() {
+            // Repeated while paused: a rebalance may have assigned new
+            // partitions, which start unpaused.
+            if let Err(e) = source.pause() {
+                tracing::warn!(error = %e, "pause failed");
+            }
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            continue;
+        }
         let inbound = tokio::select! {
             _ = &mut shutdown => return,
             received = source.recv() => match received {
@@ -314,12 +395,14 @@ fn run_batch(engine: &TextEngine, model: &str, version: u64, batch: Batch<Job>) 
     metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_owned()).record(batch.computed_tokens() as f64);
     metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_owned()).record(batch.padding_efficiency());
     metrics::histogram!(m::INFERENCE_SECONDS, "model" => model.to_owned()).record(infer_s);
+    metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_owned()).increment(rows.len() as u64);
     let embeddings = match outcome {
         Ok(embeddings) => embeddings.into_iter().map(Ok).collect::<Vec<_>>(),
         Err(e) => {
             // One bad row must not fail its neighbours: retry each row alone,
             // once; a row that fails alone is answered model_failed.
             tracing::warn!(error = %e, rows = rows.len(), "batch failed; retrying rows one by one");
+            metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_owned()).increment(rows.len() as u64);
             rows.iter().map(|row| engine.embed(&[row]).map(|mut v| v.remove(0)).map_err(|e| e.to_string())).collect()
         }
     };

@@ -2,8 +2,12 @@
 //! (`fleet:result:<id>` hash field + `fleet:ready:<id>` push, both with the
 //! version's result TTL); messages without a readable id go to the DLQ topic.
 //!
-//! A batch of answers is one MULTI/EXEC transaction: one round trip, and a
-//! waiter woken by the ready-list push always finds the hash field with it.
+//! A batch of answers is one pipeline (one round trip) of a small Lua script
+//! per answer. Each script is atomic, so a waiter woken by the ready-list
+//! push always finds the hash field, and it writes only if the field is not
+//! there yet: the first answer wins. A message redelivered after a crash or
+//! a rebalance can then never replace an `ok` answer with a later `expired`
+//! one, nor push the ready list twice.
 
 use crate::message::Inbound;
 use fleet_proto::{headers, keys, Answer, RequestId};
@@ -29,6 +33,15 @@ pub struct Finished {
     pub answer: Answer,
 }
 
+/// KEYS: result hash, ready list. ARGV: model, answer JSON, TTL seconds.
+const WRITE_ANSWER: &str = r"
+local fresh = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+if fresh == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return fresh
+";
+
 pub struct ResultSink {
     conn: ConnectionManager,
     result_ttl_s: u64,
@@ -44,19 +57,58 @@ impl ResultSink {
         Ok(Self { conn, result_ttl_s })
     }
 
-    /// Writes every answer of a batch in one transaction.
+    /// Writes every answer of a batch in one round trip.
     pub async fn write(&mut self, finished: &[Finished]) -> Result<(), SinkError> {
         let mut pipe = redis::pipe();
-        pipe.atomic();
-        let ttl = self.result_ttl_s as i64;
         for f in finished {
-            let (result, ready) = (keys::result_key(&f.id), keys::ready_key(&f.id));
-            pipe.hset(&result, &f.answer.model, f.answer.to_json()).ignore();
-            pipe.rpush(&ready, &f.answer.model).ignore();
-            pipe.expire(&result, ttl).ignore();
-            pipe.expire(&ready, ttl).ignore();
+            pipe.cmd("EVAL")
+                .arg(WRITE_ANSWER)
+                .arg(2)
+                .arg(keys::result_key(&f.id))
+                .arg(keys::ready_key(&f.id))
+                .arg(&f.answer.model)
+                .arg(f.answer.to_json())
+                .arg(self.result_ttl_s)
+                .ignore();
         }
         pipe.query_async::<()>(&mut self.conn).await?;
+        Ok(())
+    }
+}
+
+/// Publishes this worker's backlog for producers' fail-fast admission
+/// (`fleet_proto::backlog`).
+pub struct BacklogPublisher {
+    conn: ConnectionManager,
+    key: String,
+    worker_id: String,
+}
+
+impl BacklogPublisher {
+    pub async fn connect(url: &str, model: &fleet_proto::ModelName, worker_id: String) -> Result<Self, SinkError> {
+        let client = redis::Client::open(url)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)));
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        Ok(Self { conn, key: fleet_proto::backlog::backlog_key(model), worker_id })
+    }
+
+    pub async fn publish(&mut self, backlog: u64, now_ms: u64) -> Result<(), SinkError> {
+        let value = fleet_proto::backlog::encode(backlog, now_ms);
+        redis::pipe()
+            .hset(&self.key, &self.worker_id, value)
+            .ignore()
+            .expire(&self.key, 60)
+            .ignore()
+            .query_async::<()>(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Removes this worker's entry (at shutdown: it no longer owes anything).
+    pub async fn withdraw(&mut self) -> Result<(), SinkError> {
+        redis::cmd("HDEL").arg(&self.key).arg(&self.worker_id).query_async::<()>(&mut self.conn).await?;
         Ok(())
     }
 }

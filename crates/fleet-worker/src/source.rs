@@ -13,6 +13,7 @@ use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, Rebalance, Stream
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Shared between the consumer loop (track) and the sink (complete): a plain
 /// mutex held for microseconds, never across an await.
@@ -26,6 +27,11 @@ fn lock(tracker: &SharedTracker) -> MutexGuard<'_, CommitTracker> {
 
 pub struct SourceContext {
     tracker: SharedTracker,
+    model: String,
+}
+
+fn publish_depth(model: &str, tracker: &CommitTracker) {
+    metrics::gauge!(crate::metrics::QUEUE_DEPTH, "model" => model.to_owned()).set(tracker.in_flight() as f64);
 }
 
 impl ClientContext for SourceContext {}
@@ -34,10 +40,14 @@ impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, _: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(partitions) => {
+                // librdkafka commits the stored offsets of revoked partitions
+                // itself (auto-commit on revoke); what is still in flight
+                // there will be re-read by the next owner.
                 let mut tracker = lock(&self.tracker);
                 for p in partitions.elements() {
                     tracker.forget(p.partition());
                 }
+                publish_depth(&self.model, &tracker);
                 tracing::info!(partitions = partitions.count(), "partitions revoked");
             }
             Rebalance::Assign(partitions) => {
@@ -51,6 +61,7 @@ impl ConsumerContext for SourceContext {
 pub struct Source {
     consumer: Arc<StreamConsumer<SourceContext>>,
     topic: String,
+    model: String,
     tracker: SharedTracker,
 }
 
@@ -59,47 +70,131 @@ pub struct Source {
 pub struct Committer {
     consumer: Arc<StreamConsumer<SourceContext>>,
     topic: String,
+    model: String,
     tracker: SharedTracker,
 }
 
 impl Source {
     /// `base` carries brokers and pass-through properties.
-    pub fn subscribe(mut base: ClientConfig, group: &str, topic: &str) -> Result<Self, KafkaError> {
+    /// `prefetch_kbytes` caps librdkafka's own queue of fetched messages, the
+    /// other half of the worker's memory bound beside the in-flight limits.
+    pub fn subscribe(
+        mut base: ClientConfig,
+        model: &str,
+        group: &str,
+        topic: &str,
+        prefetch_kbytes: usize,
+    ) -> Result<Self, KafkaError> {
         let tracker = SharedTracker::default();
+        // Defaults an operator may override with --kafka-property ...
+        for (key, value) in [
+            ("auto.commit.interval.ms", "1000"),
+            ("auto.offset.reset", "earliest"),
+            // A worker that dies without leaving the group holds its
+            // partitions until this passes: keep it short (librdkafka: 45 s).
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "2000"),
+            ("queued.min.messages", "1000"),
+        ] {
+            if base.get(key).is_none() {
+                base.set(key, value);
+            }
+        }
+        // ... and what at-least-once and the memory bound depend on.
         let consumer: StreamConsumer<SourceContext> = base
             .set("group.id", group)
             .set("enable.auto.commit", "true")
-            .set("auto.commit.interval.ms", "1000")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            .create_with_context(SourceContext { tracker: tracker.clone() })?;
+            .set("queued.max.messages.kbytes", prefetch_kbytes.to_string())
+            .create_with_context(SourceContext { tracker: tracker.clone(), model: model.to_owned() })?;
         consumer.subscribe(&[topic])?;
-        Ok(Self { consumer: Arc::new(consumer), topic: topic.to_owned(), tracker })
+        Ok(Self { consumer: Arc::new(consumer), topic: topic.to_owned(), model: model.to_owned(), tracker })
     }
 
     /// The next message, already tracked as in flight.
     pub async fn recv(&self) -> Result<Inbound, KafkaError> {
         let message = self.consumer.recv().await?;
         let inbound = Inbound::from_kafka(&message);
-        lock(&self.tracker).track(inbound.position.partition, inbound.position.offset);
+        let mut tracker = lock(&self.tracker);
+        tracker.track(inbound.position.partition, inbound.position.offset, inbound.size_bytes());
+        publish_depth(&self.model, &tracker);
         Ok(inbound)
     }
 
     pub fn committer(&self) -> Committer {
-        Committer { consumer: self.consumer.clone(), topic: self.topic.clone(), tracker: self.tracker.clone() }
+        Committer {
+            consumer: self.consumer.clone(),
+            topic: self.topic.clone(),
+            model: self.model.clone(),
+            tracker: self.tracker.clone(),
+        }
     }
 
     /// Messages read but not yet answered.
     pub fn in_flight(&self) -> usize {
         lock(&self.tracker).in_flight()
     }
+
+    /// Messages and bytes read but not yet answered.
+    pub fn held(&self) -> (usize, usize) {
+        let tracker = lock(&self.tracker);
+        (tracker.in_flight(), tracker.in_flight_bytes())
+    }
+
+    /// Stops fetching from every assigned partition (the backlog stays in
+    /// the broker). Called again while paused, it also pauses partitions a
+    /// rebalance assigned since.
+    pub fn pause(&self) -> Result<(), KafkaError> {
+        self.consumer.pause(&self.consumer.assignment()?)
+    }
+
+    pub fn resume(&self) -> Result<(), KafkaError> {
+        self.consumer.resume(&self.consumer.assignment()?)
+    }
+
+    /// Requests this worker still owes an answer for: for each assigned
+    /// partition, high watermark − read position, plus those in flight.
+    /// Blocks on the broker (one offsets request per partition): run it off
+    /// the async runtime.
+    pub fn backlog(&self, timeout: Duration) -> Result<u64, KafkaError> {
+        let positions = self.consumer.position()?;
+        // Partitions not read from yet have no position: their committed
+        // offset is where reading will start.
+        let committed = if positions.elements().iter().any(|e| !matches!(e.offset(), Offset::Offset(_))) {
+            Some(self.consumer.committed_offsets(positions.clone(), timeout)?)
+        } else {
+            None
+        };
+        let mut unread = 0i64;
+        for element in positions.elements_for_topic(&self.topic) {
+            let partition = element.partition();
+            let (low, high) = self.consumer.fetch_watermarks(&self.topic, partition, timeout)?;
+            let start = match element.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => committed.as_ref().and_then(|c| c.find_partition(&self.topic, partition)).and_then(|e| {
+                    match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    }
+                }),
+            };
+            unread += (high - start.unwrap_or(low)).max(0);
+        }
+        Ok(unread as u64 + self.in_flight() as u64)
+    }
 }
 
 impl Committer {
     /// The message at `position` has its answer (or its dead letter) written.
     pub fn done(&self, position: &Position) {
-        let Some(next) = lock(&self.tracker).complete(position.partition, position.offset) else {
+        let next = {
+            let mut tracker = lock(&self.tracker);
+            let next = tracker.complete(position.partition, position.offset);
+            publish_depth(&self.model, &tracker);
+            next
+        };
+        let Some(next) = next else {
             return;
         };
         let mut tpl = TopicPartitionList::new();

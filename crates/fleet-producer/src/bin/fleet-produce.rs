@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use fleet_producer::kafka_config::parse_property;
 use fleet_producer::summary::summarise;
 use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
-use fleet_producer::{FleetProducer, KafkaConfig, Request, ResultClient};
+use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, ResultClient, SendError};
 use fleet_proto::{ModelName, RequestId};
 use futures::future::join_all;
 use std::path::PathBuf;
@@ -69,6 +69,9 @@ struct SendArgs {
     /// With --summary: how many nearest-neighbour pairs to show.
     #[arg(long, default_value_t = 5)]
     pairs: usize,
+    /// Refuse to send (exit 3) while the model's reported backlog is above this.
+    #[arg(long)]
+    max_backlog: Option<u64>,
     /// Name written into ce_source.
     #[arg(long, default_value = "fleet-produce")]
     source: String,
@@ -134,18 +137,34 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
         })
         .collect::<Result<_>>()?;
 
-    let producer = FleetProducer::new(kafka, &args.source)?;
+    let mut producer = FleetProducer::new(kafka, &args.source)?;
+    if let Some(limit) = args.max_backlog {
+        producer = producer.with_admission(BacklogGuard::connect(&args.redis, limit).await?);
+    }
     let started = Instant::now();
     let mut pending = Vec::with_capacity(requests.len());
+    let mut overloaded = None;
     for request in &requests {
-        pending.push(producer.send(&args.model, request).await?);
+        match producer.send(&args.model, request).await {
+            Ok(delivery) => pending.push(delivery),
+            Err(SendError::Overloaded(e)) => {
+                overloaded = Some(e);
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+    // Only what was sent is awaited and waited for.
+    let requests = &requests[..pending.len()];
     for (request, delivered) in requests.iter().zip(join_all(pending).await) {
         delivered.with_context(|| format!("delivering {}", request.id))?;
     }
     eprintln!("sent {} requests to {} in {:.2?}", requests.len(), args.model.topic(), started.elapsed());
+    if let Some(e) = &overloaded {
+        eprintln!("refused the remaining {}: {e}", texts.len() - requests.len());
+    }
     if !args.wait {
-        return Ok(());
+        return exit_for(overloaded);
     }
 
     let results = ResultClient::connect(&args.redis).await?;
@@ -174,5 +193,13 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
     if failures > 0 {
         bail!("{failures} of {} requests got no answer", requests.len());
     }
-    Ok(())
+    exit_for(overloaded)
+}
+
+/// Exit status 3 tells scripts "overloaded, shed or retry", apart from errors (1).
+fn exit_for(overloaded: Option<fleet_producer::Overloaded>) -> Result<()> {
+    match overloaded {
+        Some(_) => std::process::exit(3),
+        None => Ok(()),
+    }
 }

@@ -133,11 +133,47 @@ impl Worker {
     /// The worker's /metrics text.
     pub async fn scrape(&self) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.metrics).await.expect("metrics port");
+        let mut stream = match tokio::net::TcpStream::connect(self.metrics).await {
+            Ok(stream) => stream,
+            Err(_) => return String::new(), // not listening yet
+        };
         stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.unwrap();
         let mut body = String::new();
         stream.read_to_string(&mut body).await.unwrap();
         body
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.as_ref().expect("worker stopped").id()
+    }
+
+    /// A field of /proc/<pid>/status in KiB (VmRSS, VmHWM).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("worker status");
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .expect("memory field")
+    }
+
+    /// SIGKILL: no drain, no commit.
+    pub fn kill(&mut self) {
+        let mut child = self.process.take().expect("worker already stopped");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Waits until the worker's scrape shows `metric{labels} >= at_least`.
+    pub async fn wait_for_metric(&self, name: &str, labels: &[(&str, &str)], at_least: f64, timeout: Duration) -> f64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let value = metric_value(&self.scrape().await, name, labels);
+            if value >= at_least || Instant::now() > deadline {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// SIGTERM, then wait: the worker drains and commits before it exits.
@@ -211,4 +247,55 @@ pub async fn wait_for_commits_at_end(broker: &Broker, group: &str, topic: &str, 
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Sends `texts` as requests `<prefix>-<n>` with many in flight; returns the ids.
+pub async fn send_texts(
+    broker: &Broker,
+    model: &ModelName,
+    prefix: &str,
+    texts: &[String],
+    deadline_ms: Option<u64>,
+) -> Vec<fleet_proto::RequestId> {
+    let producer = fleet_producer::FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    let mut ids = Vec::new();
+    let mut pending = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let id = fleet_proto::RequestId::parse(&format!("{prefix}-{i}")).unwrap();
+        let mut request = fleet_producer::Request::text(id.clone(), text.clone());
+        request.deadline_ms = deadline_ms;
+        pending.push(producer.send(model, &request).await.unwrap());
+        ids.push(id);
+    }
+    for delivered in futures::future::join_all(pending).await {
+        delivered.expect("delivery");
+    }
+    ids
+}
+
+/// The demo corpus: real sentences.
+pub fn sentences() -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/demo-sentences.txt");
+    std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect()
+}
+
+/// Waits for every id's answer; asserts each has exactly one answer field
+/// and returns the status counts.
+pub async fn ledger(
+    redis: &Redis,
+    model: &ModelName,
+    ids: &[fleet_proto::RequestId],
+    timeout: Duration,
+) -> std::collections::BTreeMap<String, usize> {
+    use redis::AsyncCommands;
+    let results = fleet_producer::ResultClient::connect(&redis.url()).await.unwrap();
+    let mut conn = redis.connection().await;
+    let mut counts = std::collections::BTreeMap::new();
+    for id in ids {
+        let answers = results.wait(id, std::slice::from_ref(model), timeout).await.unwrap_or_else(|e| panic!("{e}"));
+        let fields: usize = conn.hlen(fleet_proto::keys::result_key(id)).await.unwrap();
+        assert_eq!(fields, 1, "{id} has {fields} answer fields");
+        *counts.entry(answers[model.as_str()].status.as_str().to_owned()).or_insert(0) += 1;
+    }
+    counts
 }
