@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test bench-batching bench-pipeline fmt lint
+.PHONY: setup demo test bench-batching bench-pipeline bench-redis fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -16,6 +16,10 @@ bench-batching:
 
 bench-pipeline:
 	bash scripts/bench-pipeline.sh
+
+# Uses (and flushes) Redis database 15 on 127.0.0.1:6379.
+bench-redis:
+	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" redis'
 
 fmt:
 	cargo fmt --all

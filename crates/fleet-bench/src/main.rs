@@ -6,9 +6,13 @@
 //!   `RESULT batching throughput_ratio=<bucket/fifo> padding_efficiency=<bucket>`.
 //! - `raw`: the engine alone over a file of texts with the worker's batcher:
 //!   the ceiling the full Kafka → Redis path is compared against.
+//! - `redis`: answers written one round trip each vs pipelined per batch,
+//!   and a feature-cache hit vs computing the batch. Uses (and flushes!) the
+//!   Redis database it is given: point it at a scratch database.
 
 mod measure;
 mod plot;
+mod redis_bench;
 mod strategy;
 mod workload;
 
@@ -44,6 +48,18 @@ struct Common {
 enum Command {
     Batching(BatchingArgs),
     Raw(RawArgs),
+    Redis(RedisArgs),
+}
+
+#[derive(Args)]
+struct RedisArgs {
+    /// A scratch database: the benchmark FLUSHes it.
+    #[arg(long, default_value = "redis://127.0.0.1:6379/15")]
+    redis: String,
+    #[arg(long, default_value_t = 20_000)]
+    answers: usize,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    file: PathBuf,
 }
 
 #[derive(Args)]
@@ -86,6 +102,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Batching(args) => batching(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Raw(args) => raw(&args, &version, &tokenizer, &engine, text.max_seq_len),
+        Command::Redis(args) => redis(&args, &tokenizer, &engine),
     }
 }
 
@@ -183,6 +200,26 @@ fn raw(
     let m = measure("raw-tch", engine, &tokens, &batches)?;
     print_table(&[&m]);
     println!("RESULT raw throughput={:.1}", m.throughput());
+    Ok(())
+}
+
+fn redis(args: &RedisArgs, tokenizer: &TextTokenizer, engine: &TextEngine) -> Result<()> {
+    // One batch of 32 short sentences: the bucket a typical batch comes from.
+    let texts: Vec<String> = read_lines(&args.file)?.into_iter().filter(|t| t.len() < 80).take(32).collect();
+    let rows = tokenize_all(tokenizer, &texts)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let f = runtime.block_on(redis_bench::run(&args.redis, engine, &rows, args.answers))?;
+    println!("answers of a 384-dim embedding each, {} of them, batches of {}:", args.answers, rows.len());
+    println!("  one round trip per answer: {:>9.0} answers/s", f.one_by_one_per_s);
+    println!("  one pipeline per batch:    {:>9.0} answers/s", f.pipelined_per_s);
+    println!("batch of {} short sentences:", rows.len());
+    println!("  feature-cache hit (MGET):  {:>9.2} ms", f.hit_ms);
+    println!("  computing it (libtorch):   {:>9.2} ms", f.compute_ms);
+    println!(
+        "RESULT redis pipeline_ratio={:.2} cache_speedup={:.1}",
+        f.pipelined_per_s / f.one_by_one_per_s,
+        f.compute_ms / f.hit_ms
+    );
     Ok(())
 }
 

@@ -17,6 +17,8 @@ pub enum ResultError {
     Redis(#[from] redis::RedisError),
     #[error("request {id}: no answer within {timeout:?} from {missing:?} (have {present:?})")]
     Timeout { id: RequestId, timeout: Duration, missing: Vec<String>, present: Vec<String> },
+    #[error("request {id}: Redis did not respond within {timeout:?}")]
+    Unresponsive { id: RequestId, timeout: Duration },
     #[error("request {id}: answer of model {model} is not valid answer JSON: {reason}")]
     BadAnswer { id: RequestId, model: String, reason: String },
 }
@@ -57,6 +59,21 @@ impl ResultClient {
     /// passes (then the error names the models still missing). Never waits
     /// much past `timeout`, even when Redis stops answering.
     pub async fn wait(&self, id: &RequestId, models: &[ModelName], timeout: Duration) -> Result<Answers, ResultError> {
+        // The inner loop bounds its own waits; this bounds a Redis that
+        // accepts the connection but stops answering.
+        let slack = Duration::from_millis(500);
+        match tokio::time::timeout(timeout + slack, self.wait_inner(id, models, timeout)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(ResultError::Unresponsive { id: id.clone(), timeout }),
+        }
+    }
+
+    async fn wait_inner(
+        &self,
+        id: &RequestId,
+        models: &[ModelName],
+        timeout: Duration,
+    ) -> Result<Answers, ResultError> {
         let started = Instant::now();
         let complete = |answers: &Answers| models.iter().all(|m| answers.contains_key(m.as_str()));
         let mut answers = self.poll(id).await?;

@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod batcher;
+pub mod cache;
 pub mod commit;
 pub mod config;
 pub mod engine;

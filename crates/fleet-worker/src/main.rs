@@ -8,6 +8,7 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,librdkafka=warn".into()))
         .init();
     let args = WorkerArgs::parse();

@@ -18,6 +18,11 @@ pub const E2E_SECONDS: &str = "fleet_e2e_seconds";
 /// Rows handed to the model (a batch of n counts n): proves what was *not*
 /// computed (expired, cached) without relying on timings.
 pub const MODEL_ROWS_TOTAL: &str = "fleet_model_rows_total";
+pub const CACHE_HITS_TOTAL: &str = "fleet_feature_cache_hits_total";
+pub const CACHE_MISSES_TOTAL: &str = "fleet_feature_cache_misses_total";
+/// Per hit, the model time it did not spend (what computing it had cost):
+/// the histogram's `_sum` is the total time saved.
+pub const CACHE_SAVED_SECONDS: &str = "fleet_feature_cache_saved_seconds";
 /// 1 while the source has paused its partitions because it holds its limit.
 pub const CONSUMER_PAUSED: &str = "fleet_consumer_paused";
 

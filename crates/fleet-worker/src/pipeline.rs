@@ -9,6 +9,7 @@
 
 use crate::admission::{Admission, AdmissionPolicy};
 use crate::batcher::{Batch, BucketBatcher, BucketLimits};
+use crate::cache::{input_hash, CachedOutput, FeatureCache};
 use crate::config::WorkerArgs;
 use crate::engine::{choose_device, TextEngine};
 use crate::flow::{FlowGate, FlowLimits, Transition};
@@ -19,7 +20,7 @@ use crate::sink::{BacklogPublisher, DeadLetters, Finished, ResultSink};
 use crate::source::{Committer, Source};
 use crate::tokenize::{TextTokenizer, TokenizeError};
 use anyhow::{bail, Context, Result};
-use fleet_proto::{Answer, ErrorCode, ModelName, RequestId, Status, Timings};
+use fleet_proto::{keys, Answer, ErrorCode, ModelName, RequestId, Status, Timings};
 use rdkafka::ClientConfig;
 use serde_json::json;
 use std::future::Future;
@@ -38,6 +39,8 @@ struct Job {
     position: Position,
     id: RequestId,
     ids: Vec<i64>,
+    /// Feature-cache address of `ids` (the exact model input).
+    input_hash: String,
     truncated: bool,
     created_ms: u64,
     deadline_ms: u64,
@@ -71,14 +74,17 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     for (key, value) in &args.kafka_properties {
         kafka.set(key, value);
     }
+    let ttl = &version.config.ttl;
     let results =
-        ResultSink::connect(&args.redis, version.config.ttl.result_ttl_s).await.context("connecting to Redis")?;
+        ResultSink::connect(&args.redis, ttl.result_ttl_s, ttl.feature_ttl_s).await.context("connecting to Redis")?;
+    let cache = FeatureCache::connect(&args.redis, args.model.clone(), version.version).await?;
     let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic())?;
 
     let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
+    let (compute_tx, compute_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
     let (sink_tx, sink_rx) = mpsc::channel::<SinkItem>(SINK_QUEUE);
     let (timing_tx, timing_rx) = mpsc::unbounded_channel::<BatchTiming>();
-    let engine = spawn_engine(&args, &version, batch_rx, sink_tx.clone(), timing_tx)?;
+    let engine = spawn_engine(&args, &version, compute_rx, sink_tx.clone(), timing_tx)?;
     engine.ready.await.context("engine thread died during warm-up")??;
     tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
 
@@ -98,6 +104,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     let limits = version.config.batching.limits(text.max_seq_len);
     let stages = BatcherStages { jobs: job_rx, batches: batch_tx, timings: timing_rx, sink: sink_tx.clone() };
     let batcher = tokio::spawn(run_batcher(stages, limits, policy.clone()));
+    let cached = tokio::spawn(run_cache(batch_rx, compute_tx, sink_tx.clone(), cache, policy.clone()));
 
     let flow = FlowLimits {
         max_messages: args.max_in_flight.max(1),
@@ -109,6 +116,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     drop((job_tx, sink_tx));
     let drain = async {
         batcher.await.context("batcher task")?;
+        cached.await.context("cache task")?;
         let joined = tokio::task::spawn_blocking(move || engine.thread.join()).await.context("engine join")?;
         if joined.is_err() {
             bail!("engine thread panicked");
@@ -212,6 +220,7 @@ async fn consume(
                         let job = Job {
                             position,
                             id,
+                            input_hash: input_hash(&tokens.ids),
                             ids: tokens.ids,
                             truncated: tokens.truncated,
                             created_ms: request.envelope.created_ms,
@@ -231,7 +240,9 @@ async fn consume(
                             e.to_string(),
                             timings(request.envelope.created_ms, None, now_ms()),
                         );
-                        sink.send(SinkItem::Answers(vec![Finished { position, id, answer }])).await.is_ok()
+                        sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }]))
+                            .await
+                            .is_ok()
                     }
                 }
             }
@@ -239,7 +250,7 @@ async fn consume(
                 if answer.status == Status::Expired {
                     metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string()).increment(1);
                 }
-                sink.send(SinkItem::Answers(vec![Finished { position, id, answer }])).await.is_ok()
+                sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }])).await.is_ok()
             }
             Admission::DeadLetter { reason, detail } => {
                 sink.send(SinkItem::DeadLetter { inbound: Box::new(inbound), reason, detail }).await.is_ok()
@@ -296,6 +307,7 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
                     answer: Answer::expired(policy.model.as_str(), policy.version, timings(job.created_ms, None, now)),
                     position: job.position,
                     id: job.id,
+                    feature: None,
                 })
                 .collect();
             if stages.sink.send(SinkItem::Answers(answers)).await.is_err() {
@@ -325,6 +337,47 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
     }
 }
 
+/// Between batcher and engine: answers what the feature cache already has,
+/// hands the rest on as a smaller batch of the same bucket.
+async fn run_cache(
+    mut batches: mpsc::Receiver<Batch<Job>>,
+    compute: mpsc::Sender<Batch<Job>>,
+    sink: mpsc::Sender<SinkItem>,
+    mut cache: FeatureCache,
+    policy: AdmissionPolicy,
+) {
+    let model = policy.model.to_string();
+    while let Some(batch) = batches.recv().await {
+        let hashes: Vec<&str> = batch.items.iter().map(|j| j.input_hash.as_str()).collect();
+        let found = cache.lookup(&hashes).await;
+        let now = now_ms();
+        let mut hits = Vec::new();
+        let mut misses = Batch { bucket: batch.bucket, items: Vec::new(), lens: Vec::new() };
+        for ((job, len), cached) in batch.items.into_iter().zip(batch.lens).zip(found) {
+            match cached {
+                Some(CachedOutput { output, infer_ms }) => {
+                    metrics::histogram!(m::CACHE_SAVED_SECONDS, "model" => model.clone()).record(infer_ms / 1000.0);
+                    let t = timings(job.created_ms, Some((now, 0.0)), now);
+                    let answer = Answer::ok(policy.model.as_str(), policy.version, output, t);
+                    hits.push(Finished { position: job.position, id: job.id, answer, feature: None });
+                }
+                None => {
+                    misses.items.push(job);
+                    misses.lens.push(len);
+                }
+            }
+        }
+        metrics::counter!(m::CACHE_HITS_TOTAL, "model" => model.clone()).increment(hits.len() as u64);
+        metrics::counter!(m::CACHE_MISSES_TOTAL, "model" => model.clone()).increment(misses.items.len() as u64);
+        if !hits.is_empty() && sink.send(SinkItem::Answers(hits)).await.is_err() {
+            return;
+        }
+        if !misses.items.is_empty() && compute.send(misses).await.is_err() {
+            return;
+        }
+    }
+}
+
 async fn sleep_or_forever(wait: Option<Duration>) {
     match wait {
         Some(wait) => tokio::time::sleep(wait).await,
@@ -347,7 +400,7 @@ fn spawn_engine(
     let device = choose_device(args.device)?;
     let threads = args.intra_op_threads() as i32;
     let path = version.file("model.pt");
-    let (model, number) = (version.name.to_string(), version.version);
+    let (model, number) = (version.name.clone(), version.version);
     let (ready_tx, ready) = oneshot::channel();
     let thread = std::thread::Builder::new().name("engine".into()).spawn(move || {
         tch::set_num_threads(threads);
@@ -385,46 +438,49 @@ fn warm_up(engine: &TextEngine) -> Result<(), crate::engine::EngineError> {
 
 /// Runs one batch and answers each of its requests; returns the answers and
 /// the model-call time in ms.
-fn run_batch(engine: &TextEngine, model: &str, version: u64, batch: Batch<Job>) -> (Vec<Finished>, f64) {
+fn run_batch(engine: &TextEngine, model: &ModelName, version: u64, batch: Batch<Job>) -> (Vec<Finished>, f64) {
     let started_ms = now_ms();
     let started = Instant::now();
     let rows: Vec<&[i64]> = batch.items.iter().map(|j| j.ids.as_slice()).collect();
     let outcome = engine.embed(&rows);
     let infer_s = started.elapsed().as_secs_f64();
-    metrics::histogram!(m::BATCH_SIZE, "model" => model.to_owned()).record(rows.len() as f64);
-    metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_owned()).record(batch.computed_tokens() as f64);
-    metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_owned()).record(batch.padding_efficiency());
-    metrics::histogram!(m::INFERENCE_SECONDS, "model" => model.to_owned()).record(infer_s);
-    metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_owned()).increment(rows.len() as u64);
+    metrics::histogram!(m::BATCH_SIZE, "model" => model.to_string()).record(rows.len() as f64);
+    metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_string()).record(batch.computed_tokens() as f64);
+    metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_string()).record(batch.padding_efficiency());
+    metrics::histogram!(m::INFERENCE_SECONDS, "model" => model.to_string()).record(infer_s);
+    metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_string()).increment(rows.len() as u64);
     let embeddings = match outcome {
         Ok(embeddings) => embeddings.into_iter().map(Ok).collect::<Vec<_>>(),
         Err(e) => {
             // One bad row must not fail its neighbours: retry each row alone,
             // once; a row that fails alone is answered model_failed.
             tracing::warn!(error = %e, rows = rows.len(), "batch failed; retrying rows one by one");
-            metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_owned()).increment(rows.len() as u64);
+            metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_string()).increment(rows.len() as u64);
             rows.iter().map(|row| engine.embed(&[row]).map(|mut v| v.remove(0)).map_err(|e| e.to_string())).collect()
         }
     };
     let infer_ms = started.elapsed().as_secs_f64() * 1000.0;
     let done_ms = now_ms();
+    let row_count = rows.len().max(1) as f64;
     let finished = batch
         .items
         .into_iter()
         .zip(embeddings)
         .map(|(job, embedding)| {
             let t = timings(job.created_ms, Some((started_ms, infer_ms)), done_ms);
-            metrics::histogram!(m::QUEUE_WAIT_SECONDS, "model" => model.to_owned()).record(t.queue / 1000.0);
-            let answer = match embedding {
-                Ok(embedding) => Answer::ok(
-                    model,
-                    version,
-                    json!({ "embedding": embedding, "tokens": job.ids.len(), "truncated": job.truncated }),
-                    t,
-                ),
-                Err(message) => Answer::error(model, version, ErrorCode::ModelFailed, message, t),
+            metrics::histogram!(m::QUEUE_WAIT_SECONDS, "model" => model.to_string()).record(t.queue / 1000.0);
+            let (answer, feature) = match embedding {
+                Ok(embedding) => {
+                    let output = json!({ "embedding": embedding, "tokens": job.ids.len(), "truncated": job.truncated });
+                    let cached = CachedOutput { output: output.clone(), infer_ms: infer_ms / row_count };
+                    let feature = serde_json::to_string(&cached)
+                        .ok()
+                        .map(|value| (keys::feature_key(model, version, &job.input_hash), value));
+                    (Answer::ok(model.as_str(), version, output, t), feature)
+                }
+                Err(message) => (Answer::error(model.as_str(), version, ErrorCode::ModelFailed, message, t), None),
             };
-            Finished { position: job.position, id: job.id, answer }
+            Finished { position: job.position, id: job.id, answer, feature }
         })
         .collect();
     (finished, infer_ms)

@@ -31,6 +31,8 @@ pub struct Finished {
     pub position: crate::message::Position,
     pub id: RequestId,
     pub answer: Answer,
+    /// A freshly computed output to store in the feature cache: (key, value).
+    pub feature: Option<(String, String)>,
 }
 
 /// KEYS: result hash, ready list. ARGV: model, answer JSON, TTL seconds.
@@ -45,19 +47,21 @@ return fresh
 pub struct ResultSink {
     conn: ConnectionManager,
     result_ttl_s: u64,
+    feature_ttl_s: u64,
 }
 
 impl ResultSink {
-    pub async fn connect(url: &str, result_ttl_s: u64) -> Result<Self, SinkError> {
+    pub async fn connect(url: &str, result_ttl_s: u64, feature_ttl_s: u64) -> Result<Self, SinkError> {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)));
         let conn = ConnectionManager::new_with_config(client, config).await?;
-        Ok(Self { conn, result_ttl_s })
+        Ok(Self { conn, result_ttl_s, feature_ttl_s })
     }
 
-    /// Writes every answer of a batch in one round trip.
+    /// Writes every answer of a batch, and the feature-cache entries of what
+    /// was computed, in one round trip.
     pub async fn write(&mut self, finished: &[Finished]) -> Result<(), SinkError> {
         let mut pipe = redis::pipe();
         for f in finished {
@@ -70,6 +74,9 @@ impl ResultSink {
                 .arg(f.answer.to_json())
                 .arg(self.result_ttl_s)
                 .ignore();
+            if let Some((key, value)) = &f.feature {
+                pipe.cmd("SET").arg(key).arg(value).arg("EX").arg(self.feature_ttl_s).ignore();
+            }
         }
         pipe.query_async::<()>(&mut self.conn).await?;
         Ok(())

@@ -93,6 +93,16 @@ impl Redis {
         Self { _process: Killed(child), port }
     }
 
+    /// SIGSTOP / SIGCONT: Redis keeps its connections and data but stops
+    /// answering, the hard kind of outage (timeouts, not refusals).
+    pub fn freeze(&self) {
+        signal(self._process.0.id(), "-STOP");
+    }
+
+    pub fn thaw(&self) {
+        signal(self._process.0.id(), "-CONT");
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -100,6 +110,11 @@ impl Redis {
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.expect("redis connection")
     }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
 }
 
 pub fn model_repo() -> PathBuf {
@@ -118,8 +133,7 @@ impl Worker {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_fleet-worker"))
             .args(["--model", model, "--brokers", &broker.addr, "--redis", &redis.url()])
-            .arg("--model-repo")
-            .arg(model_repo())
+            .args(if extra.contains(&"--model-repo") { vec![] } else { vec!["--model-repo".into(), model_repo()] })
             .args(["--metrics-addr", &metrics.to_string()])
             .args(extra)
             .env("RUST_LOG", "info,librdkafka=warn")

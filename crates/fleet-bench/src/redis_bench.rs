@@ -1,0 +1,85 @@
+//! Redis write paths of the worker, measured against each other in one run:
+//! answers written one round trip each vs one pipelined round trip per batch
+//! (the sink's way), and a feature-cache hit vs computing the same batch.
+
+use anyhow::Result;
+use fleet_proto::{Answer, ModelName, RequestId, Timings};
+use fleet_worker::cache::{input_hash, FeatureCache};
+use fleet_worker::engine::TextEngine;
+use fleet_worker::message::Position;
+use fleet_worker::sink::{Finished, ResultSink};
+use std::time::Instant;
+
+pub struct RedisFigures {
+    pub one_by_one_per_s: f64,
+    pub pipelined_per_s: f64,
+    pub hit_ms: f64,
+    pub compute_ms: f64,
+}
+
+fn answers(n: usize, batch: usize, embedding: &[f32]) -> Vec<Vec<Finished>> {
+    let output = serde_json::json!({ "embedding": embedding, "tokens": 12, "truncated": false });
+    let all: Vec<Finished> = (0..n)
+        .map(|i| Finished {
+            position: Position { partition: 0, offset: i as i64 },
+            id: RequestId::parse(&format!("bench-{i}")).expect("valid id"),
+            answer: Answer::ok("minilm", 1, output.clone(), Timings::default()),
+            feature: None,
+        })
+        .collect();
+    all.chunks(batch).map(<[Finished]>::to_vec).collect()
+}
+
+pub async fn run(redis_url: &str, engine: &TextEngine, rows: &[Vec<i64>], n: usize) -> Result<RedisFigures> {
+    let row_refs: Vec<&[i64]> = rows.iter().map(Vec::as_slice).collect();
+    let embeddings = engine.embed(&row_refs)?;
+    let batches = answers(n, rows.len(), &embeddings[0]);
+    let mut sink = ResultSink::connect(redis_url, 30, 30).await?;
+    let mut conn = redis::Client::open(redis_url)?.get_multiplexed_async_connection().await?;
+    let clear = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move { redis::cmd("FLUSHDB").query_async::<()>(&mut conn).await }
+    };
+
+    clear(&mut conn).await?;
+    let started = Instant::now();
+    for batch in &batches {
+        for one in batch {
+            sink.write(std::slice::from_ref(one)).await?;
+        }
+    }
+    let one_by_one_per_s = n as f64 / started.elapsed().as_secs_f64();
+
+    clear(&mut conn).await?;
+    let started = Instant::now();
+    for batch in &batches {
+        sink.write(batch).await?;
+    }
+    let pipelined_per_s = n as f64 / started.elapsed().as_secs_f64();
+
+    // Cache hit vs compute, for one batch of `rows`.
+    let model = ModelName::parse("minilm")?;
+    let mut cache = FeatureCache::connect(redis_url, model, 1).await?;
+    let hashes: Vec<String> = rows.iter().map(|r| input_hash(r)).collect();
+    let mut seed = redis::pipe();
+    for (hash, embedding) in hashes.iter().zip(&embeddings) {
+        let value = serde_json::json!({ "output": { "embedding": embedding }, "infer_ms": 1.0 }).to_string();
+        seed.cmd("SET").arg(cache.key(hash)).arg(value).arg("EX").arg(60).ignore();
+    }
+    seed.query_async::<()>(&mut conn).await?;
+    let hash_refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    let reps = 50;
+    let started = Instant::now();
+    for _ in 0..reps {
+        let found = cache.lookup(&hash_refs).await;
+        anyhow::ensure!(found.iter().all(Option::is_some), "seeded features not found");
+    }
+    let hit_ms = started.elapsed().as_secs_f64() * 1000.0 / reps as f64;
+    let started = Instant::now();
+    for _ in 0..5 {
+        engine.embed(&row_refs)?;
+    }
+    let compute_ms = started.elapsed().as_secs_f64() * 1000.0 / 5.0;
+    clear(&mut conn).await?;
+    Ok(RedisFigures { one_by_one_per_s, pipelined_per_s, hit_ms, compute_ms })
+}
