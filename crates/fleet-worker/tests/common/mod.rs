@@ -83,9 +83,17 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Self {
+        Self::start_with_config("")
+    }
+
+    /// With extra redis.conf lines (ACL users, for instance).
+    pub fn start_with_config(extra: &str) -> Self {
         let port = free_port();
+        let conf = std::env::temp_dir().join(format!("fleet-redis-{port}.conf"));
+        let body = format!("port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\n{extra}\n");
+        std::fs::write(&conf, body).expect("redis.conf");
         let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg(&conf)
             .stdout(Stdio::null())
             .spawn()
             .expect("starting redis-server (run make setup)");
@@ -132,7 +140,9 @@ impl Worker {
     pub fn start(model: &str, broker: &Broker, redis: &Redis, extra: &[&str]) -> Self {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_fleet-worker"))
-            .args(["--model", model, "--brokers", &broker.addr, "--redis", &redis.url()])
+            .args(["--model", model, "--brokers", &broker.addr])
+            // Defaults, unless the test gives its own.
+            .args(if extra.contains(&"--redis") { vec![] } else { vec!["--redis".to_owned(), redis.url()] })
             .args(if extra.contains(&"--model-repo") { vec![] } else { vec!["--model-repo".into(), model_repo()] })
             .args(["--metrics-addr", &metrics.to_string()])
             .args(extra)
