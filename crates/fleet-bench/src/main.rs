@@ -6,10 +6,12 @@
 //!   `RESULT batching throughput_ratio=<bucket/fifo> padding_efficiency=<bucket>`.
 //! - `raw`: the engine alone over a file of texts with the worker's batcher:
 //!   the ceiling the full Kafka → Redis path is compared against.
+//! - `image-decode`, `image-burst`: see [`image_bench`].
 //! - `redis`: answers written one round trip each vs pipelined per batch,
 //!   and a feature-cache hit vs computing the batch. Uses (and flushes!) the
 //!   Redis database it is given: point it at a scratch database.
 
+mod image_bench;
 mod measure;
 mod plot;
 mod redis_bench;
@@ -24,8 +26,12 @@ use fleet_worker::tokenize::TextTokenizer;
 use measure::{measure, warm_up, Measured};
 use std::path::PathBuf;
 
+/// Counts heap bytes so the image benchmark can report each path's peak.
+#[global_allocator]
+static PEAK: peak_alloc::PeakAlloc = peak_alloc::PeakAlloc;
+
 #[derive(Parser)]
-#[command(about = "Batching benchmarks on the real model (CPU)")]
+#[command(about = "Benchmarks of the fleet on the real models (CPU)")]
 struct Cli {
     #[command(flatten)]
     common: Common,
@@ -49,6 +55,36 @@ enum Command {
     Batching(BatchingArgs),
     Raw(RawArgs),
     Redis(RedisArgs),
+    /// Shrink-on-load JPEG decode vs full decode + resize, 8K and 5K photos.
+    ImageDecode(ImageDecodeArgs),
+    /// Many 8K JPEGs at once into a running image worker: its peak RSS.
+    ImageBurst(ImageBurstArgs),
+}
+
+#[derive(Args)]
+struct ImageDecodeArgs {
+    /// Distinct photos per size.
+    #[arg(long, default_value_t = 3)]
+    photos: usize,
+    /// Passes over the photos per path.
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+}
+
+#[derive(Args)]
+struct ImageBurstArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// The image model's worker process, whose memory is measured.
+    #[arg(long)]
+    worker_pid: u32,
+    #[arg(long, default_value_t = 300)]
+    count: usize,
+    /// Distinct photos cycled through the burst.
+    #[arg(long, default_value_t = 6)]
+    distinct: usize,
 }
 
 #[derive(Args)]
@@ -91,6 +127,25 @@ struct RawArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    match cli.command {
+        Command::ImageDecode(args) => {
+            println!("machine: {}", machine());
+            return image_bench::run_decode(args.photos, args.repeats);
+        }
+        Command::ImageBurst(args) => {
+            println!("machine: {}", machine());
+            let burst = image_bench::BurstArgs {
+                brokers: args.brokers,
+                redis: args.redis,
+                model: fleet_proto::ModelName::parse("efficientnet_lite0")?,
+                worker_pid: args.worker_pid,
+                count: args.count,
+                distinct: args.distinct,
+            };
+            return tokio::runtime::Runtime::new()?.block_on(image_bench::run_burst(burst));
+        }
+        _ => {}
+    }
     tch::set_num_threads(cli.common.threads);
     tch::set_num_interop_threads(1);
     let version = repository::resolve(&cli.common.model_repo, &cli.common.model)?;
@@ -103,6 +158,7 @@ fn main() -> Result<()> {
         Command::Batching(args) => batching(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Raw(args) => raw(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Redis(args) => redis(&args, &tokenizer, &engine),
+        Command::ImageDecode(_) | Command::ImageBurst(_) => unreachable!("handled above"),
     }
 }
 

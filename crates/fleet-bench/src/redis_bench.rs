@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use fleet_proto::{Answer, ModelName, RequestId, Timings};
-use fleet_worker::cache::{input_hash, FeatureCache};
+use fleet_worker::cache::{tokens_hash, FeatureCache};
 use fleet_worker::engine::TextEngine;
 use fleet_worker::message::Position;
 use fleet_worker::sink::{Finished, ResultSink};
@@ -60,7 +60,7 @@ pub async fn run(redis_url: &str, engine: &TextEngine, rows: &[Vec<i64>], n: usi
     // Cache hit vs compute, for one batch of `rows`.
     let model = ModelName::parse("minilm")?;
     let mut cache = FeatureCache::connect(redis_url, model, 1).await?;
-    let hashes: Vec<String> = rows.iter().map(|r| input_hash(r)).collect();
+    let hashes: Vec<String> = rows.iter().map(|r| tokens_hash(r)).collect();
     let mut seed = redis::pipe();
     for (hash, embedding) in hashes.iter().zip(&embeddings) {
         let value = serde_json::json!({ "output": { "embedding": embedding }, "infer_ms": 1.0 }).to_string();

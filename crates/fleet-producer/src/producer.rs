@@ -7,7 +7,7 @@
 
 use crate::admission::{BacklogGuard, Overloaded};
 use crate::{KafkaConfig, Request};
-use fleet_proto::{Envelope, ModelName};
+use fleet_proto::{ContentType, Envelope, ModelName, RequestId};
 use futures::FutureExt;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -66,6 +66,8 @@ impl FleetProducer {
             .set("linger.ms", "5")
             .set("queue.buffering.max.messages", "200000")
             .set("message.timeout.ms", "30000")
+            // Images up to the fleet's value limit (librdkafka's default is 1 MB).
+            .set("message.max.bytes", fleet_proto::limits::MAX_MESSAGE_BYTES.to_string())
             .create()?;
         Ok(Self { inner, source: source.to_owned(), guard: None })
     }
@@ -83,6 +85,10 @@ impl FleetProducer {
         if let Some(guard) = &self.guard {
             guard.check(model).await?;
         }
+        self.enqueue(model, request).await
+    }
+
+    async fn enqueue(&self, model: &ModelName, request: &Request) -> Result<Delivery, SendError> {
         let envelope = Envelope {
             id: request.id.clone(),
             source: self.source.clone(),
@@ -109,6 +115,41 @@ impl FleetProducer {
                 Err((e, _)) => return Err(SendError::Kafka(e)),
             }
         }
+    }
+
+    /// One request fanned out to several models at once, e.g. a photo to a
+    /// vision model and its caption to a text model: every part carries the
+    /// same id and `ce_parts = parts.len()`, so `ResultClient::wait(id,
+    /// models)` returns once each model has answered. The models work in
+    /// parallel; none waits for another. Admission is checked for every model
+    /// before anything is sent, so a request is never sent in part.
+    pub async fn send_fanout(&self, parts: &[(&ModelName, Request)]) -> Result<Vec<Delivery>, SendError> {
+        if let Some(guard) = &self.guard {
+            for (model, _) in parts {
+                guard.check(model).await?;
+            }
+        }
+        let mut deliveries = Vec::with_capacity(parts.len());
+        for (model, request) in parts {
+            let part = Request { parts: parts.len() as u32, ..request.clone() };
+            deliveries.push(self.enqueue(model, &part).await?);
+        }
+        Ok(deliveries)
+    }
+
+    /// `send_fanout` of an image and a text under one id.
+    pub async fn send_multimodal(
+        &self,
+        id: &RequestId,
+        image: (&ModelName, ContentType, Vec<u8>),
+        text: (&ModelName, &str),
+    ) -> Result<Vec<Delivery>, SendError> {
+        let (image_model, content_type, bytes) = image;
+        let parts = [
+            (image_model, Request::image(id.clone(), content_type, bytes)),
+            (text.0, Request::text(id.clone(), text.1)),
+        ];
+        self.send_fanout(&parts).await
     }
 
     /// Waits until every enqueued message is delivered or `timeout` passes.

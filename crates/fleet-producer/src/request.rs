@@ -1,5 +1,6 @@
 //! A request as a producer builds it, before it becomes a Kafka message.
 
+use fleet_image::{Format, ImageError, ImageLimits};
 use fleet_proto::{ContentType, RequestId};
 
 #[derive(Debug, Clone)]
@@ -17,6 +18,34 @@ pub struct Request {
 impl Request {
     pub fn text(id: RequestId, text: impl Into<String>) -> Self {
         Self { id, content_type: ContentType::Text, payload: text.into().into_bytes(), deadline_ms: None, parts: 1 }
+    }
+
+    /// An encoded image (JPEG, PNG or WebP bytes), sent as it is.
+    pub fn image(id: RequestId, content_type: ContentType, bytes: Vec<u8>) -> Self {
+        Self { id, content_type, payload: bytes, deadline_ms: None, parts: 1 }
+    }
+
+    /// An image shrunk on the producer's side first (the gateway cap): when
+    /// its longer side is over `max_side` it is decoded at reduced scale,
+    /// resized to fit and re-encoded as JPEG (quality 90), so Kafka and every
+    /// worker carry a few hundred KB instead of the camera original. Smaller
+    /// images are sent unchanged. Refuses what the worker would refuse.
+    pub fn image_within(
+        id: RequestId,
+        content_type: ContentType,
+        bytes: Vec<u8>,
+        max_side: u32,
+    ) -> Result<Self, ImageError> {
+        let declared = match content_type {
+            ContentType::Jpeg => Format::Jpeg,
+            ContentType::Png => Format::Png,
+            ContentType::Webp => Format::WebP,
+            ContentType::Text => return Err(ImageError::Unsupported("text is not an image".into())),
+        };
+        Ok(match fleet_image::shrink_for_transport(&bytes, Some(declared), &ImageLimits::default(), max_side, 90)? {
+            Some(jpeg) => Self::image(id, ContentType::Jpeg, jpeg),
+            None => Self::image(id, content_type, bytes),
+        })
     }
 
     pub fn with_deadline_ms(mut self, deadline_ms: u64) -> Self {

@@ -10,8 +10,6 @@ use std::time::Duration;
 
 /// Default partitions of `infer.<model>`: the most useful replicas of its workers.
 pub const DEFAULT_PARTITIONS: i32 = 8;
-/// Room for the CloudEvents headers on top of the largest allowed value.
-pub const HEADER_ALLOWANCE_BYTES: u64 = 64 * 1024;
 /// Dead letters are kept a week: long enough for someone to look.
 pub const DLQ_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 
@@ -25,14 +23,14 @@ pub struct TopicSettings {
 
 impl Default for TopicSettings {
     fn default() -> Self {
-        Self { partitions: DEFAULT_PARTITIONS, replication: 1, max_value_bytes: 1024 * 1024 }
+        Self { partitions: DEFAULT_PARTITIONS, replication: 1, max_value_bytes: fleet_proto::limits::MAX_VALUE_BYTES }
     }
 }
 
 impl TopicSettings {
     /// `max.message.bytes` for the topic: the value limit plus headers.
     pub fn max_message_bytes(&self) -> u64 {
-        self.max_value_bytes + HEADER_ALLOWANCE_BYTES
+        self.max_value_bytes + fleet_proto::limits::HEADER_ALLOWANCE_BYTES
     }
 }
 

@@ -12,6 +12,7 @@ pub mod content_type;
 pub mod envelope;
 pub mod headers;
 pub mod keys;
+pub mod limits;
 pub mod request_id;
 
 pub use answer::{Answer, ErrorCode, ErrorInfo, Status, Timings};

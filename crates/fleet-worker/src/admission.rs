@@ -1,10 +1,14 @@
 //! Admission: the first decision about every consumed message, before any
 //! compute. Pure (the caller passes `now`): a message becomes a text request
-//! to tokenize, an answer to write at once (`error` with a stable code, or
-//! `expired`), or — when no request id can be read, so no answer has an
-//! address — a dead letter.
+//! to tokenize or an image request to decode, an answer to write at once
+//! (`error` with a stable code, or `expired`), or — when no request id can be
+//! read, so no answer has an address — a dead letter.
+//!
+//! Images are judged here from their header alone (format, declared type,
+//! canvas size), so nothing over the model's limits is ever decoded.
 
 use crate::message::Inbound;
+use fleet_image::{Format, Header, ImageError, ImageLimits};
 use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId, Timings};
 
 /// What admission needs to know about the model it admits for.
@@ -12,9 +16,24 @@ use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId
 pub struct AdmissionPolicy {
     pub model: ModelName,
     pub version: u64,
-    pub max_text_bytes: usize,
+    pub inputs: InputPolicy,
     /// The deadline when the producer set none: `ce_time` + this.
     pub request_ttl_ms: u64,
+}
+
+/// The inputs a model takes, with their limits.
+#[derive(Debug, Clone)]
+pub enum InputPolicy {
+    Text { max_text_bytes: usize },
+    Image { limits: ImageLimits },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageRequest {
+    pub envelope: Envelope,
+    pub deadline_ms: u64,
+    /// Probed and within limits; the bytes stay in the message's payload.
+    pub header: Header,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +46,7 @@ pub struct TextRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
     Text(TextRequest),
+    Image(ImageRequest),
     /// Answered without compute: an `error` or `expired` answer.
     Answer {
         id: RequestId,
@@ -56,13 +76,30 @@ impl AdmissionPolicy {
             let answer = Answer::expired(self.model.as_str(), self.version, self.timings(created, now_ms));
             return Admission::Answer { id: envelope.id, answer };
         }
+        let payload = inbound.payload.as_deref().unwrap_or_default();
+        match &self.inputs {
+            InputPolicy::Text { max_text_bytes } => {
+                self.admit_text(envelope, deadline_ms, payload, *max_text_bytes, now_ms)
+            }
+            InputPolicy::Image { limits } => self.admit_image(envelope, deadline_ms, payload, limits, now_ms),
+        }
+    }
+
+    fn admit_text(
+        &self,
+        envelope: Envelope,
+        deadline_ms: u64,
+        payload: &[u8],
+        max_text_bytes: usize,
+        now_ms: u64,
+    ) -> Admission {
+        let created = Some(envelope.created_ms);
         if envelope.content_type != ContentType::Text {
             let message = format!("{} serves text, not {}", self.model, envelope.content_type);
             return self.refuse(envelope.id, ErrorCode::UnsupportedFormat, message, created, now_ms);
         }
-        let payload = inbound.payload.as_deref().unwrap_or_default();
-        if payload.len() > self.max_text_bytes {
-            let message = format!("text is {} bytes, at most {} allowed", payload.len(), self.max_text_bytes);
+        if payload.len() > max_text_bytes {
+            let message = format!("text is {} bytes, at most {max_text_bytes} allowed", payload.len());
             return self.refuse(envelope.id, ErrorCode::TextTooLong, message, created, now_ms);
         }
         let text = match std::str::from_utf8(payload) {
@@ -76,6 +113,33 @@ impl AdmissionPolicy {
             return self.refuse(envelope.id, ErrorCode::EmptyInput, "text is empty".into(), created, now_ms);
         }
         Admission::Text(TextRequest { text: text.to_owned(), deadline_ms, envelope })
+    }
+
+    fn admit_image(
+        &self,
+        envelope: Envelope,
+        deadline_ms: u64,
+        payload: &[u8],
+        limits: &ImageLimits,
+        now_ms: u64,
+    ) -> Admission {
+        let created = Some(envelope.created_ms);
+        let declared = match envelope.content_type {
+            ContentType::Jpeg => Format::Jpeg,
+            ContentType::Png => Format::Png,
+            ContentType::Webp => Format::WebP,
+            ContentType::Text => {
+                let message = format!("{} serves images, not text", self.model);
+                return self.refuse(envelope.id, ErrorCode::UnsupportedFormat, message, created, now_ms);
+            }
+        };
+        if payload.is_empty() {
+            return self.refuse(envelope.id, ErrorCode::EmptyInput, "image is empty".into(), created, now_ms);
+        }
+        match fleet_image::probe(payload, Some(declared), limits) {
+            Ok(header) => Admission::Image(ImageRequest { envelope, deadline_ms, header }),
+            Err(e) => self.refuse(envelope.id, image_error_code(&e), e.to_string(), created, now_ms),
+        }
     }
 
     fn refuse(
@@ -96,6 +160,15 @@ impl AdmissionPolicy {
     }
 }
 
+/// The stable answer code for each way an image is refused.
+pub fn image_error_code(error: &ImageError) -> ErrorCode {
+    match error {
+        ImageError::TooLarge(_) => ErrorCode::ImageTooLarge,
+        ImageError::Unsupported(_) => ErrorCode::UnsupportedFormat,
+        ImageError::Malformed(_) => ErrorCode::DecodeFailed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,9 +181,24 @@ mod tests {
         AdmissionPolicy {
             model: ModelName::parse("minilm").unwrap(),
             version: 4,
-            max_text_bytes: 64,
+            inputs: InputPolicy::Text { max_text_bytes: 64 },
             request_ttl_ms: 30_000,
         }
+    }
+
+    fn image_policy() -> AdmissionPolicy {
+        let limits = ImageLimits { max_bytes: 1000, max_pixels: 10, formats: vec![Format::Png] };
+        AdmissionPolicy { inputs: InputPolicy::Image { limits }, ..policy() }
+    }
+
+    fn png(width: u32, height: u32) -> Vec<u8> {
+        use image::ImageEncoder;
+        let mut out = Vec::new();
+        let pixels = vec![128u8; (width * height * 3) as usize];
+        image::codecs::png::PngEncoder::new(&mut out)
+            .write_image(&pixels, width, height, image::ExtendedColorType::Rgb8)
+            .unwrap();
+        out
     }
 
     fn envelope(content_type: ContentType) -> Envelope {
@@ -179,6 +267,31 @@ mod tests {
         let mut no_payload = inbound(&text, b"");
         no_payload.payload = None;
         assert_eq!(error_code(p.admit(&no_payload, NOW)), ErrorCode::EmptyInput);
+    }
+
+    #[test]
+    fn admits_an_image_within_limits_with_its_header() {
+        match image_policy().admit(&inbound(&envelope(ContentType::Png), &png(3, 3)), NOW) {
+            Admission::Image(req) => {
+                assert_eq!((req.header.format, req.header.width, req.header.height), (Format::Png, 3, 3))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn images_are_judged_by_their_header_before_any_decode() {
+        let p = image_policy();
+        let declared_png = envelope(ContentType::Png);
+        assert_eq!(error_code(p.admit(&inbound(&declared_png, b""), NOW)), ErrorCode::EmptyInput);
+        assert_eq!(error_code(p.admit(&inbound(&declared_png, &[0u8; 1001]), NOW)), ErrorCode::ImageTooLarge);
+        assert_eq!(error_code(p.admit(&inbound(&declared_png, &png(4, 4)), NOW)), ErrorCode::ImageTooLarge);
+        assert_eq!(error_code(p.admit(&inbound(&declared_png, b"GIF89a...."), NOW)), ErrorCode::UnsupportedFormat);
+        assert_eq!(error_code(p.admit(&inbound(&declared_png, &png(3, 3)[..40]), NOW)), ErrorCode::DecodeFailed);
+        let jpeg = envelope(ContentType::Jpeg);
+        assert_eq!(error_code(p.admit(&inbound(&jpeg, &png(3, 3)), NOW)), ErrorCode::UnsupportedFormat);
+        let text = envelope(ContentType::Text);
+        assert_eq!(error_code(p.admit(&inbound(&text, b"a caption"), NOW)), ErrorCode::UnsupportedFormat);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The feature cache: model outputs kept in Redis by the exact model input,
 //! so a repeated input is answered without compute.
 //!
-//! Key: `fleet:feat:<model>:<version>:<hash of the token ids>`, with the
+//! Key: `fleet:feat:<model>:<version>:<hash of the token ids or pixels>`, with the
 //! version's `feature_ttl_s`. The version is part of the key: a new model
 //! version reads and writes new keys, and the old ones age out on their TTL,
 //! with no flush and no stampede. Before a batch is computed its inputs are
@@ -16,12 +16,18 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// 128 bits of BLAKE3 over the token ids: collisions are not a concern.
-pub fn input_hash(ids: &[i64]) -> String {
+pub fn tokens_hash(ids: &[i64]) -> String {
     let mut hasher = blake3::Hasher::new();
     for id in ids {
         hasher.update(&id.to_le_bytes());
     }
     hasher.finalize().to_hex()[..32].to_owned()
+}
+
+/// The same over an image model's input pixels (after decode and crop, so
+/// re-encodings of one photo that decode alike share an entry).
+pub fn pixels_hash(pixels: &[u8]) -> String {
+    blake3::hash(pixels).to_hex()[..32].to_owned()
 }
 
 /// What is stored: the answer's output and what computing it cost, so a hit
@@ -77,9 +83,9 @@ mod tests {
 
     #[test]
     fn the_hash_is_stable_and_tells_inputs_apart() {
-        assert_eq!(input_hash(&[101, 2023, 102]), input_hash(&[101, 2023, 102]));
-        assert_ne!(input_hash(&[101, 2023, 102]), input_hash(&[101, 2024, 102]));
-        assert_ne!(input_hash(&[1]), input_hash(&[1, 0]));
-        assert_eq!(input_hash(&[]).len(), 32);
+        assert_eq!(tokens_hash(&[101, 2023, 102]), tokens_hash(&[101, 2023, 102]));
+        assert_ne!(tokens_hash(&[101, 2023, 102]), tokens_hash(&[101, 2024, 102]));
+        assert_ne!(tokens_hash(&[1]), tokens_hash(&[1, 0]));
+        assert_eq!(tokens_hash(&[]).len(), 32);
     }
 }

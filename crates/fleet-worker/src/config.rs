@@ -59,6 +59,13 @@ pub struct WorkerArgs {
     /// cpu, cuda, or auto (CUDA when available).
     #[arg(long, env = "FLEET_DEVICE", default_value = "auto")]
     pub device: DeviceChoice,
+    /// Image models: bytes all concurrent decodes may hold together (estimated
+    /// from each header before decoding); a decode waits for room instead.
+    #[arg(long, env = "FLEET_DECODE_BUDGET_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub decode_budget_bytes: u64,
+    /// Image models: most decodes running at once (they also wait for budget).
+    #[arg(long, env = "FLEET_DECODE_THREADS", default_value_t = 2)]
+    pub decode_threads: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -105,6 +112,7 @@ pub struct ModelConfig {
     /// Serve this version instead of the highest one.
     pub version: Option<u64>,
     pub text: Option<TextConfig>,
+    pub image: Option<ImageConfig>,
     pub batching: BatchingConfig,
     #[serde(default)]
     pub ttl: TtlConfig,
@@ -122,12 +130,44 @@ pub struct TextConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct ImageConfig {
+    /// The model's input is `size × size` RGB.
+    pub size: u32,
+    /// Shorter side resized to this, then a centre crop of `size`.
+    pub resize_shorter: u32,
+    #[serde(default = "default_max_image_bytes")]
+    pub max_image_bytes: usize,
+    #[serde(default = "default_max_image_pixels")]
+    pub max_image_pixels: u64,
+    #[serde(default = "default_formats")]
+    pub formats: Vec<String>,
+    #[serde(default = "default_top_k")]
+    pub top_k: usize,
+}
+
+impl ImageConfig {
+    pub fn limits(&self) -> fleet_image::ImageLimits {
+        fleet_image::ImageLimits {
+            max_bytes: self.max_image_bytes,
+            max_pixels: self.max_image_pixels,
+            formats: self.formats.iter().filter_map(|f| fleet_image::Format::from_name(f)).collect(),
+        }
+    }
+
+    pub fn geometry(&self) -> fleet_image::InputGeometry {
+        fleet_image::InputGeometry { resize_shorter: self.resize_shorter, crop: self.size }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BatchingConfig {
     pub max_batch_size: usize,
-    /// Rows × padded length per batch.
-    pub max_batch_tokens: usize,
-    /// Rows × padded length² per batch: the attention memory budget.
-    pub max_attention_cells: usize,
+    /// Rows × padded length per batch (text models; required there).
+    pub max_batch_tokens: Option<usize>,
+    /// Rows × padded length² per batch: the attention memory budget (text
+    /// models; required there).
+    pub max_attention_cells: Option<usize>,
     /// One wait for every bucket, or one per bucket.
     pub max_wait_ms: OneOrPerBucket,
     /// Upper token bounds of the length buckets; default: fine-grained
@@ -153,8 +193,9 @@ impl BatchingConfig {
         BucketLimits {
             boundaries,
             max_batch_size: self.max_batch_size,
-            max_batch_tokens: self.max_batch_tokens,
-            max_attention_cells: self.max_attention_cells,
+            // Image models have one shape: only the row limit applies.
+            max_batch_tokens: self.max_batch_tokens.unwrap_or(usize::MAX),
+            max_attention_cells: self.max_attention_cells.unwrap_or(usize::MAX),
             max_wait_ms,
         }
     }
@@ -186,6 +227,18 @@ fn default_true() -> bool {
 }
 fn default_max_text_bytes() -> usize {
     64 * 1024
+}
+fn default_max_image_bytes() -> usize {
+    20_000_000
+}
+fn default_max_image_pixels() -> u64 {
+    50_000_000
+}
+fn default_formats() -> Vec<String> {
+    fleet_image::Format::ALL.iter().map(|f| f.name().to_owned()).collect()
+}
+fn default_top_k() -> usize {
+    5
 }
 fn default_request_ttl_ms() -> u64 {
     30_000
@@ -222,6 +275,16 @@ impl ModelConfig {
         self.text.as_ref()
     }
 
+    /// The image section; validation guarantees it for image models.
+    pub fn image(&self) -> Option<&ImageConfig> {
+        self.image.as_ref()
+    }
+
+    /// The longest input in batcher units: tokens for text, 1 for an image.
+    pub fn max_input_len(&self) -> usize {
+        self.text.as_ref().map_or(1, |t| t.max_seq_len)
+    }
+
     fn validate(&self) -> Result<(), (&'static str, String)> {
         if self.kind == ModelKind::Text {
             let Some(text) = &self.text else {
@@ -233,6 +296,32 @@ impl ModelConfig {
             if text.max_text_bytes == 0 {
                 return Err(("text.max_text_bytes", "must be above 0".into()));
             }
+            if self.batching.max_batch_tokens.is_none() {
+                return Err(("batching.max_batch_tokens", "is required for text models".into()));
+            }
+            if self.batching.max_attention_cells.is_none() {
+                return Err(("batching.max_attention_cells", "is required for text models".into()));
+            }
+        }
+        if self.kind == ModelKind::Image {
+            let Some(image) = &self.image else {
+                return Err(("image", "section is required for kind = \"image\"".into()));
+            };
+            if !(1..=4096).contains(&image.size) || image.resize_shorter < image.size {
+                return Err(("image.size", "must be within 1..=4096 and at most image.resize_shorter".into()));
+            }
+            if let Some(bad) = image.formats.iter().find(|f| fleet_image::Format::from_name(f).is_none()) {
+                return Err(("image.formats", format!("has {bad:?}; known: jpeg, png, webp")));
+            }
+            if image.formats.is_empty() || image.max_image_bytes == 0 || image.max_image_pixels == 0 {
+                return Err((
+                    "image",
+                    "formats, max_image_bytes and max_image_pixels must be non-empty/above 0".into(),
+                ));
+            }
+            if !(1..=1000).contains(&image.top_k) {
+                return Err(("image.top_k", "must be within 1..=1000".into()));
+            }
         }
         if !(1..=4096).contains(&self.batching.max_batch_size) {
             return Err((
@@ -240,7 +329,7 @@ impl ModelConfig {
                 format!("= {} must be within 1..=4096", self.batching.max_batch_size),
             ));
         }
-        let max_seq_len = self.text.as_ref().map_or(1, |t| t.max_seq_len);
+        let max_seq_len = self.max_input_len();
         let limits = self.batching.limits(max_seq_len);
         if limits.max_wait_ms.iter().any(|&ms| ms > 60_000) {
             return Err(("batching.max_wait_ms", "must be at most 60000".into()));
@@ -293,6 +382,28 @@ mod tests {
     fn the_shipped_config_is_valid() {
         let raw = include_str!("../../../scripts/models/minilm.config.toml");
         parse(raw).unwrap();
+    }
+
+    #[test]
+    fn the_shipped_image_config_is_valid_and_batches_on_rows_only() {
+        let c = parse(include_str!("../../../scripts/models/efficientnet_lite0.config.toml")).unwrap();
+        let image = c.image().unwrap();
+        assert_eq!(image.limits().formats.len(), 3);
+        assert_eq!((image.geometry().crop, image.geometry().resize_shorter), (224, 256));
+        let limits = c.batching.limits(c.max_input_len());
+        assert_eq!(limits.boundaries, vec![1]);
+        assert!(limits.fits(8, 1) && !limits.fits(9, 1));
+    }
+
+    #[test]
+    fn image_configs_name_their_bad_key() {
+        let image = include_str!("../../../scripts/models/efficientnet_lite0.config.toml");
+        let err = parse(&image.replace(r#"formats = ["jpeg", "png", "webp"]"#, r#"formats = ["gif"]"#)).unwrap_err();
+        assert!(err.starts_with("image.formats"), "{err}");
+        let err = parse(&image.replace("resize_shorter = 256", "resize_shorter = 100")).unwrap_err();
+        assert!(err.starts_with("image.size"), "{err}");
+        let err = parse(&GOOD.replace("max_attention_cells = 524288", "")).unwrap_err();
+        assert!(err.starts_with("batching.max_attention_cells"), "{err}");
     }
 
     #[test]

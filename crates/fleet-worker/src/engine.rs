@@ -1,9 +1,11 @@
-//! The engine: TorchScript models through libtorch (tch), on CPU or CUDA.
+//! The engines: TorchScript models through libtorch (tch), on CPU or CUDA.
 //!
 //! Everything here blocks, so it runs on a dedicated thread, never on the
 //! async runtime. A text batch is padded to its longest row (not to a fixed
 //! length) and passed as `(input_ids, attention_mask)`; the model returns
-//! one pooled, normalised embedding per row.
+//! one pooled, normalised embedding per row. An image batch is uint8 RGB
+//! `[rows, size, size, 3]` (the version's `input.toml`); the model normalises
+//! and returns class probabilities, of which the top k are answered.
 
 use crate::config::DeviceChoice;
 use std::path::Path;
@@ -22,6 +24,8 @@ pub enum EngineError {
     NoCuda,
     #[error("model returned shape {got:?}, expected [{rows}, dim]")]
     BadShape { got: Vec<i64>, rows: usize },
+    #[error("labels: {0}")]
+    Labels(String),
 }
 
 pub fn choose_device(choice: DeviceChoice) -> Result<Device, EngineError> {
@@ -94,9 +98,99 @@ impl TextEngine {
     }
 }
 
+/// One class of an image model: `labels.txt` line `<synset>\t<names>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    pub synset: String,
+    /// Comma-separated names; the first one is the label answered.
+    pub names: String,
+}
+
+impl Label {
+    pub fn name(&self) -> &str {
+        self.names.split(',').next().unwrap_or_default().trim()
+    }
+}
+
+pub fn parse_labels(text: &str) -> Result<Vec<Label>, String> {
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| match line.split_once('\t') {
+            Some((synset, names)) if !synset.is_empty() && !names.trim().is_empty() => {
+                Ok(Label { synset: synset.to_owned(), names: names.trim().to_owned() })
+            }
+            _ => Err(format!("line {}: expected <synset><TAB><names>, got {line:?}", i + 1)),
+        })
+        .collect()
+}
+
+/// A class and its probability.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scored {
+    pub index: usize,
+    pub probability: f32,
+}
+
+pub struct ImageEngine {
+    module: CModule,
+    device: Device,
+    size: usize,
+    pub labels: Vec<Label>,
+}
+
+impl ImageEngine {
+    pub fn load(model: &Path, labels: &Path, size: u32, device: Device) -> Result<Self, EngineError> {
+        let raw =
+            std::fs::read_to_string(labels).map_err(|e| EngineError::Labels(format!("{}: {e}", labels.display())))?;
+        let labels = parse_labels(&raw).map_err(EngineError::Labels)?;
+        let mut module = CModule::load_on_device(model, device)
+            .map_err(|source| EngineError::Load { path: model.display().to_string(), source })?;
+        module.set_eval();
+        Ok(Self { module, device, size: size as usize, labels })
+    }
+
+    /// The `top_k` most probable classes of each image (`size² × 3` RGB
+    /// bytes), most probable first.
+    pub fn classify(&self, images: &[&[u8]], top_k: usize) -> Result<Vec<Vec<Scored>>, EngineError> {
+        if images.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = images.len();
+        let pixels: Vec<u8> = images.concat();
+        let shape = [rows as i64, self.size as i64, self.size as i64, 3];
+        if pixels.len() != rows * self.size * self.size * 3 {
+            return Err(EngineError::BadShape { got: vec![pixels.len() as i64], rows });
+        }
+        let _no_grad = tch::no_grad_guard();
+        let input = Tensor::from_slice(&pixels).view(shape).to_device(self.device);
+        let probabilities = self.module.forward_ts(&[input])?;
+        let size = probabilities.size();
+        if size.len() != 2 || size[0] != rows as i64 || size[1] != self.labels.len() as i64 {
+            return Err(EngineError::BadShape { got: size, rows });
+        }
+        let k = top_k.min(self.labels.len()) as i64;
+        let (values, indices) = probabilities.topk(k, 1, true, true);
+        let values = Vec::<Vec<f32>>::try_from(&values.to_device(Device::Cpu).to_kind(Kind::Float).contiguous())?;
+        let indices = Vec::<Vec<i64>>::try_from(&indices.to_device(Device::Cpu).contiguous())?;
+        Ok(values
+            .into_iter()
+            .zip(indices)
+            .map(|(ps, is)| is.into_iter().zip(ps).map(|(i, p)| Scored { index: i as usize, probability: p }).collect())
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_parse_and_name_the_first_synonym() {
+        let labels = parse_labels("n07920052\tespresso\nn02123045\ttabby, tabby cat\n").unwrap();
+        assert_eq!(labels.len(), 2);
+        assert_eq!((labels[1].synset.as_str(), labels[1].name()), ("n02123045", "tabby"));
+        assert!(parse_labels("n0 no tab here\n").unwrap_err().starts_with("line 1"));
+    }
 
     #[test]
     fn pads_each_row_to_the_longest_and_masks_the_padding() {

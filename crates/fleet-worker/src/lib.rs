@@ -1,7 +1,8 @@
 //! The fleet worker: consumes `infer.<model>`, answers into Redis.
 //!
 //! Modules follow a request's path: [`source`] (Kafka, offsets) →
-//! [`admission`] (validation, deadlines) → [`tokenize`] → [`batcher`] (pure)
+//! [`admission`] (validation, deadlines, image headers) → [`tokenize`] or
+//! image decode under the [`decode_budget`] → [`batcher`] (pure)
 //! → [`engine`] (libtorch) → [`sink`] (Redis, DLQ), wired by [`pipeline`],
 //! with [`config`], [`repository`] and [`metrics`] beside them.
 
@@ -10,10 +11,12 @@ pub mod batcher;
 pub mod cache;
 pub mod commit;
 pub mod config;
+pub mod decode_budget;
 pub mod engine;
 pub mod flow;
 pub mod message;
 pub mod metrics;
+pub mod model;
 pub mod pipeline;
 pub mod repository;
 pub mod sink;

@@ -23,6 +23,8 @@ pub const CACHE_MISSES_TOTAL: &str = "fleet_feature_cache_misses_total";
 /// Per hit, the model time it did not spend (what computing it had cost):
 /// the histogram's `_sum` is the total time saved.
 pub const CACHE_SAVED_SECONDS: &str = "fleet_feature_cache_saved_seconds";
+/// Bytes reserved by image decodes running now (`decode_budget`).
+pub const IMAGE_DECODE_BYTES_IN_USE: &str = "fleet_image_decode_bytes_in_use";
 /// 1 while the source has paused its partitions because it holds its limit.
 pub const CONSUMER_PAUSED: &str = "fleet_consumer_paused";
 

@@ -1,4 +1,5 @@
-//! The worker's data path, wired: source → admission → tokenize → batcher →
+//! The worker's data path, wired: source → admission → tokenize (text) or
+//! decode under the memory budget (images) → batcher → feature cache →
 //! engine (its own thread) → sink. Each stage is a task joined to the next by
 //! a bounded channel, so a slow stage stops the ones before it instead of
 //! letting memory grow; the consumer simply stops reading.
@@ -7,43 +8,59 @@
 //! finishes what it holds and closes its output, the sink writes the last
 //! answers, and the stored offsets are committed before `run` returns.
 
-use crate::admission::{Admission, AdmissionPolicy};
+use crate::admission::{image_error_code, Admission, AdmissionPolicy, ImageRequest, InputPolicy};
 use crate::batcher::{Batch, BucketBatcher, BucketLimits};
-use crate::cache::{input_hash, CachedOutput, FeatureCache};
-use crate::config::WorkerArgs;
-use crate::engine::{choose_device, TextEngine};
+use crate::cache::{CachedOutput, FeatureCache};
+use crate::config::{ModelKind, WorkerArgs};
+use crate::decode_budget::DecodeBudget;
+use crate::engine::choose_device;
 use crate::flow::{FlowGate, FlowLimits, Transition};
 use crate::message::{Inbound, Position};
 use crate::metrics as m;
+use crate::model::{Model, ModelInput};
 use crate::repository::{self, ModelVersion};
 use crate::sink::{BacklogPublisher, DeadLetters, Finished, ResultSink};
 use crate::source::{Committer, Source};
 use crate::tokenize::{TextTokenizer, TokenizeError};
 use anyhow::{bail, Context, Result};
+use fleet_image::InputGeometry;
 use fleet_proto::{keys, Answer, ErrorCode, ModelName, RequestId, Status, Timings};
 use rdkafka::ClientConfig;
-use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Wall-clock now in Unix epoch ms: deadlines and `ce_time` are wall clock.
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// A tokenized request waiting for a batch.
+/// A prepared request (tokenized or decoded) waiting for a batch.
 #[derive(Debug)]
 struct Job {
     position: Position,
     id: RequestId,
-    ids: Vec<i64>,
-    /// Feature-cache address of `ids` (the exact model input).
+    input: ModelInput,
+    /// Feature-cache address of `input`.
     input_hash: String,
-    truncated: bool,
     created_ms: u64,
     deadline_ms: u64,
+}
+
+impl Job {
+    fn new(position: Position, id: RequestId, input: ModelInput, created_ms: u64, deadline_ms: u64) -> Self {
+        Self { position, id, input_hash: input.hash(), input, created_ms, deadline_ms }
+    }
+}
+
+/// How consumed requests become model inputs.
+enum Preparation {
+    /// Tokenized inline: microseconds per request.
+    Text(TextTokenizer),
+    /// Decoded on blocking threads, each decode holding its share of the
+    /// memory budget, at most `slots` at once.
+    Image { budget: DecodeBudget, slots: Arc<Semaphore>, geometry: InputGeometry },
 }
 
 enum SinkItem {
@@ -59,12 +76,26 @@ const SINK_QUEUE: usize = 64;
 
 pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result<()> {
     let version = repository::resolve(&args.model_repo, &args.model)?;
-    let text = version.config.text().cloned().context("only text models are served so far")?;
-    let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, text.truncate)?;
+    let (inputs, preparation) = match version.config.kind {
+        ModelKind::Text => {
+            let text = version.config.text().context("text model without [text]")?;
+            let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, text.truncate)?;
+            (InputPolicy::Text { max_text_bytes: text.max_text_bytes }, Preparation::Text(tokenizer))
+        }
+        ModelKind::Image => {
+            let image = version.config.image().context("image model without [image]")?;
+            let preparation = Preparation::Image {
+                budget: DecodeBudget::new(args.decode_budget_bytes),
+                slots: Arc::new(Semaphore::new(args.decode_threads.max(1))),
+                geometry: image.geometry(),
+            };
+            (InputPolicy::Image { limits: image.limits() }, preparation)
+        }
+    };
     let policy = AdmissionPolicy {
         model: args.model.clone(),
         version: version.version,
-        max_text_bytes: text.max_text_bytes,
+        inputs,
         request_ttl_ms: version.config.ttl.request_ttl_ms,
     };
     m::install(args.metrics_addr).context("starting the metrics listener")?;
@@ -101,7 +132,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     let reporter = tokio::spawn(report_backlog(source.clone(), backlog, reporting_stopped));
     let sink = tokio::spawn(run_sink(args.model.clone(), sink_rx, results, dead_letters, committer.clone()));
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
-    let limits = version.config.batching.limits(text.max_seq_len);
+    let limits = version.config.batching.limits(version.config.max_input_len());
     let stages = BatcherStages { jobs: job_rx, batches: batch_tx, timings: timing_rx, sink: sink_tx.clone() };
     let batcher = tokio::spawn(run_batcher(stages, limits, policy.clone()));
     let cached = tokio::spawn(run_cache(batch_rx, compute_tx, sink_tx.clone(), cache, policy.clone()));
@@ -111,7 +142,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         max_bytes: args.max_in_flight_bytes.max(1),
         low_water_percent: usize::from(args.low_water_percent),
     };
-    consume(&source, flow, &policy, &tokenizer, &job_tx, &sink_tx, shutdown).await;
+    consume(&source, flow, &policy, &preparation, &job_tx, &sink_tx, shutdown).await;
     tracing::info!(in_flight = source.in_flight(), timeout = ?args.drain_timeout, "draining");
     drop((job_tx, sink_tx));
     let drain = async {
@@ -164,7 +195,7 @@ async fn consume(
     source: &Source,
     flow: FlowLimits,
     policy: &AdmissionPolicy,
-    tokenizer: &TextTokenizer,
+    preparation: &Preparation,
     jobs: &mpsc::Sender<Job>,
     sink: &mpsc::Sender<SinkItem>,
     shutdown: impl Future<Output = ()>,
@@ -200,7 +231,7 @@ async fn consume(
             }
             continue;
         }
-        let inbound = tokio::select! {
+        let mut inbound = tokio::select! {
             _ = &mut shutdown => return,
             received = source.recv() => match received {
                 Ok(inbound) => inbound,
@@ -213,39 +244,36 @@ async fn consume(
         };
         let position = inbound.position.clone();
         let sent = match policy.admit(&inbound, now_ms()) {
-            Admission::Text(request) => {
-                let id = request.envelope.id.clone();
-                match tokenizer.tokenize(&request.text) {
-                    Ok(tokens) => {
-                        let job = Job {
-                            position,
-                            id,
-                            input_hash: input_hash(&tokens.ids),
-                            ids: tokens.ids,
-                            truncated: tokens.truncated,
-                            created_ms: request.envelope.created_ms,
-                            deadline_ms: request.deadline_ms,
-                        };
-                        jobs.send(job).await.is_ok()
-                    }
-                    Err(e) => {
-                        let code = match e {
-                            TokenizeError::TooLong { .. } => ErrorCode::TextTooLong,
-                            _ => ErrorCode::DecodeFailed,
-                        };
-                        let answer = Answer::error(
-                            policy.model.as_str(),
-                            policy.version,
-                            code,
-                            e.to_string(),
-                            timings(request.envelope.created_ms, None, now_ms()),
-                        );
-                        sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }]))
-                            .await
-                            .is_ok()
+            Admission::Text(request) => match preparation {
+                Preparation::Text(tokenizer) => {
+                    let (id, created_ms) = (request.envelope.id.clone(), request.envelope.created_ms);
+                    match tokenizer.tokenize(&request.text) {
+                        Ok(tokens) => {
+                            let input = ModelInput::Tokens { ids: tokens.ids, truncated: tokens.truncated };
+                            jobs.send(Job::new(position, id, input, created_ms, request.deadline_ms)).await.is_ok()
+                        }
+                        Err(e) => {
+                            let code = match e {
+                                TokenizeError::TooLong { .. } => ErrorCode::TextTooLong,
+                                _ => ErrorCode::DecodeFailed,
+                            };
+                            let answer = refusal(policy, code, e.to_string(), created_ms);
+                            sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }]))
+                                .await
+                                .is_ok()
+                        }
                     }
                 }
-            }
+                Preparation::Image { .. } => unreachable!("admission gives text requests to text models only"),
+            },
+            Admission::Image(request) => match preparation {
+                Preparation::Image { budget, slots, geometry } => {
+                    let bytes = inbound.payload.take().unwrap_or_default();
+                    let decode = ImageDecode { request, bytes, position, geometry: *geometry };
+                    decode.start(budget, slots, policy, jobs, sink).await
+                }
+                Preparation::Text(_) => unreachable!("admission gives image requests to image models only"),
+            },
             Admission::Answer { id, answer } => {
                 if answer.status == Status::Expired {
                     metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string()).increment(1);
@@ -260,6 +288,68 @@ async fn consume(
             tracing::error!("pipeline closed under the consumer; stopping");
             return;
         }
+    }
+}
+
+/// An `error` answer for a request refused before compute.
+fn refusal(policy: &AdmissionPolicy, code: ErrorCode, message: String, created_ms: u64) -> Answer {
+    Answer::error(policy.model.as_str(), policy.version, code, message, timings(created_ms, None, now_ms()))
+}
+
+/// One image on its way from encoded bytes to a job.
+struct ImageDecode {
+    request: ImageRequest,
+    bytes: Vec<u8>,
+    position: Position,
+    geometry: InputGeometry,
+}
+
+impl ImageDecode {
+    /// Reserves the decode's memory (waiting while the budget is spent, which
+    /// holds up the consumer: backpressure, not buffering) and a decode slot,
+    /// then decodes on a blocking thread; the job or an error answer follows
+    /// on its own. Returns false when the pipeline is closed.
+    async fn start(
+        self,
+        budget: &DecodeBudget,
+        slots: &Arc<Semaphore>,
+        policy: &AdmissionPolicy,
+        jobs: &mpsc::Sender<Job>,
+        sink: &mpsc::Sender<SinkItem>,
+    ) -> bool {
+        let (id, created_ms) = (self.request.envelope.id.clone(), self.request.envelope.created_ms);
+        let cost = self.request.header.decode_cost(self.geometry.resize_shorter);
+        let reservation = match budget.reserve(cost).await {
+            Ok(reservation) => reservation,
+            Err(over) => {
+                let answer = refusal(policy, ErrorCode::ImageTooLarge, over.to_string(), created_ms);
+                let finished = Finished { position: self.position, id, answer, feature: None };
+                return sink.send(SinkItem::Answers(vec![finished])).await.is_ok();
+            }
+        };
+        let Ok(slot) = slots.clone().acquire_owned().await else { return false };
+        let (jobs, sink, policy) = (jobs.clone(), sink.clone(), policy.clone());
+        tokio::spawn(async move {
+            let ImageDecode { request, bytes, position, geometry } = self;
+            let header = request.header;
+            let decoded = tokio::task::spawn_blocking(move || {
+                let _held = (reservation, slot);
+                let image = fleet_image::decode(&bytes, &header, geometry.resize_shorter)?;
+                fleet_image::model_input(&image, geometry)
+            })
+            .await;
+            let answer = match decoded {
+                Ok(Ok(pixels)) => {
+                    let job = Job::new(position, id, ModelInput::Pixels(pixels), created_ms, request.deadline_ms);
+                    let _ = jobs.send(job).await;
+                    return;
+                }
+                Ok(Err(e)) => refusal(&policy, image_error_code(&e), e.to_string(), created_ms),
+                Err(e) => refusal(&policy, ErrorCode::DecodeFailed, format!("the decoder failed: {e}"), created_ms),
+            };
+            let _ = sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }])).await;
+        });
+        true
     }
 }
 
@@ -327,7 +417,7 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
         tokio::select! {
             job = stages.jobs.recv() => match job {
                 Some(job) => {
-                    let (len, deadline) = (job.ids.len(), job.deadline_ms);
+                    let (len, deadline) = (job.input.len(), job.deadline_ms);
                     batcher.push(job, len, deadline, now_ms());
                 }
                 None => open = false,
@@ -399,13 +489,14 @@ fn spawn_engine(
 ) -> Result<EngineHandle> {
     let device = choose_device(args.device)?;
     let threads = args.intra_op_threads() as i32;
-    let path = version.file("model.pt");
+    let loaded = version.clone();
+    let max_batch_size = version.config.batching.max_batch_size;
     let (model, number) = (version.name.clone(), version.version);
     let (ready_tx, ready) = oneshot::channel();
     let thread = std::thread::Builder::new().name("engine".into()).spawn(move || {
         tch::set_num_threads(threads);
         tch::set_num_interop_threads(1);
-        let engine = match TextEngine::load(&path, device).and_then(|engine| warm_up(&engine).map(|()| engine)) {
+        let engine = match Model::load(&loaded, device).and_then(|m| m.warm_up(max_batch_size).map(|()| m)) {
             Ok(engine) => engine,
             Err(e) => {
                 let _ = ready_tx.send(Err(e.into()));
@@ -426,37 +517,27 @@ fn spawn_engine(
     Ok(EngineHandle { thread, ready })
 }
 
-/// Runs each shape class once so the first real request does not pay for
-/// libtorch's first-call optimisation.
-fn warm_up(engine: &TextEngine) -> Result<(), crate::engine::EngineError> {
-    for len in [8usize, 32, 128] {
-        let row: Vec<i64> = std::iter::once(101).chain(std::iter::repeat_n(1000, len - 2)).chain([102]).collect();
-        engine.embed(&[&row, &row[..len / 2]])?;
-    }
-    Ok(())
-}
-
 /// Runs one batch and answers each of its requests; returns the answers and
 /// the model-call time in ms.
-fn run_batch(engine: &TextEngine, model: &ModelName, version: u64, batch: Batch<Job>) -> (Vec<Finished>, f64) {
+fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<Job>) -> (Vec<Finished>, f64) {
     let started_ms = now_ms();
     let started = Instant::now();
-    let rows: Vec<&[i64]> = batch.items.iter().map(|j| j.ids.as_slice()).collect();
-    let outcome = engine.embed(&rows);
+    let rows: Vec<&ModelInput> = batch.items.iter().map(|j| &j.input).collect();
+    let outcome = engine.infer(&rows);
     let infer_s = started.elapsed().as_secs_f64();
     metrics::histogram!(m::BATCH_SIZE, "model" => model.to_string()).record(rows.len() as f64);
     metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_string()).record(batch.computed_tokens() as f64);
     metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_string()).record(batch.padding_efficiency());
     metrics::histogram!(m::INFERENCE_SECONDS, "model" => model.to_string()).record(infer_s);
     metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_string()).increment(rows.len() as u64);
-    let embeddings = match outcome {
-        Ok(embeddings) => embeddings.into_iter().map(Ok).collect::<Vec<_>>(),
+    let outputs = match outcome {
+        Ok(outputs) => outputs.into_iter().map(Ok).collect::<Vec<_>>(),
         Err(e) => {
             // One bad row must not fail its neighbours: retry each row alone,
             // once; a row that fails alone is answered model_failed.
             tracing::warn!(error = %e, rows = rows.len(), "batch failed; retrying rows one by one");
             metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_string()).increment(rows.len() as u64);
-            rows.iter().map(|row| engine.embed(&[row]).map(|mut v| v.remove(0)).map_err(|e| e.to_string())).collect()
+            rows.iter().map(|row| engine.infer(&[row]).map(|mut v| v.remove(0)).map_err(|e| e.to_string())).collect()
         }
     };
     let infer_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -465,13 +546,12 @@ fn run_batch(engine: &TextEngine, model: &ModelName, version: u64, batch: Batch<
     let finished = batch
         .items
         .into_iter()
-        .zip(embeddings)
-        .map(|(job, embedding)| {
+        .zip(outputs)
+        .map(|(job, output)| {
             let t = timings(job.created_ms, Some((started_ms, infer_ms)), done_ms);
             metrics::histogram!(m::QUEUE_WAIT_SECONDS, "model" => model.to_string()).record(t.queue / 1000.0);
-            let (answer, feature) = match embedding {
-                Ok(embedding) => {
-                    let output = json!({ "embedding": embedding, "tokens": job.ids.len(), "truncated": job.truncated });
+            let (answer, feature) = match output {
+                Ok(output) => {
                     let cached = CachedOutput { output: output.clone(), infer_ms: infer_ms / row_count };
                     let feature = serde_json::to_string(&cached)
                         .ok()

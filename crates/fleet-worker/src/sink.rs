@@ -127,7 +127,12 @@ pub struct DeadLetters {
 
 impl DeadLetters {
     pub fn new(base: &ClientConfig, topic: String) -> Result<Self, SinkError> {
-        let producer = base.clone().set("enable.idempotence", "true").create()?;
+        let producer = base
+            .clone()
+            .set("enable.idempotence", "true")
+            // A dead letter is the original message: it may be an image.
+            .set("message.max.bytes", fleet_proto::limits::MAX_MESSAGE_BYTES.to_string())
+            .create()?;
         Ok(Self { producer, topic })
     }
 

@@ -129,3 +129,60 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
     assert_eq!(offsets.iter().map(|(_, high)| high).sum::<i64>(), cases.len() as i64);
     assert!(worker.stop().success());
 }
+
+/// A repository whose config claims more positions than the exported model
+/// has (1024 vs 512): the real model then fails on long rows, which is how a
+/// model failure is provoked here without a fake model.
+fn overlong_positions_repo() -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!("fleet-repo-overlong-{}", std::process::id()));
+    let model = root.join("minilm");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&model).unwrap();
+    let exported = common::model_repo().join("minilm/1").canonicalize().expect("run make setup");
+    std::os::unix::fs::symlink(exported, model.join("1")).unwrap();
+    let shipped = std::fs::read_to_string(common::model_repo().join("minilm/config.toml")).unwrap();
+    let config = shipped
+        .replace("max_seq_len = 512", "max_seq_len = 1024")
+        .replace("max_attention_cells = 262144", "max_attention_cells = 1048576");
+    assert!(config.contains("max_seq_len = 1024"), "shipped config changed shape");
+    std::fs::write(model.join("config.toml"), config).unwrap();
+    root
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_model_cannot_run_is_retried_alone_then_answered_model_failed() {
+    let _serial = serial();
+    let (broker, redis) = (Broker::start(), Redis::start());
+    let model = ModelName::parse("minilm").unwrap();
+    broker.create_topics(&model, 1).await;
+    let repo = overlong_positions_repo();
+    let mut worker = Worker::start("minilm", &broker, &redis, &["--model-repo", repo.to_str().unwrap()]);
+
+    // ~700 tokens: past the model's 512 positions, inside the configured 1024.
+    let too_long: String = "overflow ".repeat(700);
+    let mut texts = vec![too_long.clone(), too_long];
+    texts.extend(common::sentences().into_iter().take(6));
+    let ids = common::send_texts(&broker, &model, "fail", &texts, None).await;
+
+    let results = ResultClient::connect(&redis.url()).await.unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let answers = results.wait(id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
+        let answer = &answers["minilm"];
+        if i < 2 {
+            assert_eq!(answer.status, Status::Error, "{id}: {answer:?}");
+            assert_eq!(answer.error.as_ref().map(|e| e.code), Some(ErrorCode::ModelFailed), "{id}");
+        } else {
+            assert_eq!(answer.status, Status::Ok, "{id}: a short neighbour must not fail: {answer:?}");
+        }
+    }
+    // Each long row is computed twice (in its failed batch, then alone once)
+    // however the two were batched; the short ones once. Bounded: no more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let scrape = worker.scrape().await;
+    let long_rows = metric_value(&scrape, "fleet_model_rows_total", &[("model", "minilm")]) - 6.0;
+    assert_eq!(long_rows, 4.0, "rows computed for the two long requests");
+    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &model.topic(), 1).await;
+    assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
+    assert!(worker.stop().success());
+    let _ = std::fs::remove_dir_all(repo);
+}

@@ -1,5 +1,6 @@
-//! `fleet-produce`: send texts to a model's topic, optionally wait for the
-//! answers, and create the fleet's topics. A thin shell over the library.
+//! `fleet-produce`: send texts or images to a model's topic (an image with a
+//! caption to two models at once), optionally wait for the answers, and
+//! create the fleet's topics. A thin shell over the library.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -7,7 +8,7 @@ use fleet_producer::kafka_config::parse_property;
 use fleet_producer::summary::summarise;
 use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
 use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, ResultClient, SendError};
-use fleet_proto::{ModelName, RequestId};
+use fleet_proto::{ContentType, ModelName, RequestId};
 use futures::future::join_all;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -35,8 +36,44 @@ struct KafkaArgs {
 enum Command {
     /// Send texts (from --text and/or --file, one per line) to infer.<model>.
     Send(SendArgs),
+    /// Send image files to an image model; with --caption, each also goes
+    /// with its caption to --text-model as one two-part request.
+    Image(ImageArgs),
     /// Create infer.<model> and infer.<model>.dlq with the fleet's settings.
     Topics(TopicArgs),
+}
+
+#[derive(Args)]
+struct ImageArgs {
+    #[arg(long, env = "FLEET_MODEL")]
+    model: ModelName,
+    /// Image files (JPEG, PNG, WebP; the type is read from the bytes).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Shrink images whose longer side is over this many pixels before
+    /// sending (gateway-side cap); 0 sends the files unchanged.
+    #[arg(long, default_value_t = 2048)]
+    max_side: u32,
+    /// A caption sent with every image to --text-model (ce_parts = 2).
+    #[arg(long, requires = "text_model")]
+    caption: Option<String>,
+    #[arg(long)]
+    text_model: Option<ModelName>,
+    /// Request ids are <prefix>-<n>; default: img-<unix ms>.
+    #[arg(long)]
+    id_prefix: Option<String>,
+    /// Wait for the answers and print one line per request.
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: print the answers' full JSON instead of a short line.
+    #[arg(long, requires = "wait")]
+    json: bool,
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    #[arg(long, env = "FLEET_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    #[arg(long, default_value = "fleet-produce")]
+    source: String,
 }
 
 #[derive(Args)]
@@ -84,7 +121,7 @@ struct TopicArgs {
     #[arg(long, default_value_t = DEFAULT_PARTITIONS)]
     partitions: i32,
     /// Largest message value the model accepts, in bytes.
-    #[arg(long, default_value_t = 1024 * 1024)]
+    #[arg(long, default_value_t = fleet_proto::limits::MAX_VALUE_BYTES)]
     max_value_bytes: u64,
 }
 
@@ -110,7 +147,79 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Command::Send(args) => send(&kafka, args).await,
+        Command::Image(args) => send_images(&kafka, args).await,
     }
+}
+
+async fn send_images(kafka: &KafkaConfig, args: ImageArgs) -> Result<()> {
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
+    let prefix = args.id_prefix.clone().unwrap_or_else(|| format!("img-{now_ms}"));
+    let producer = FleetProducer::new(kafka, &args.source)?;
+    let mut models = vec![args.model.clone()];
+    models.extend(args.text_model.clone().filter(|_| args.caption.is_some()));
+    let mut sent = Vec::new();
+    for (n, path) in args.files.iter().enumerate() {
+        let id = RequestId::parse(&format!("{prefix}-{n}")).context("building a request id from --id-prefix")?;
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let content_type = fleet_image::Format::sniff(&bytes)
+            .and_then(|f| ContentType::parse(f.mime()))
+            .with_context(|| format!("{} is not a JPEG, PNG or WebP file", path.display()))?;
+        let image = if args.max_side > 0 {
+            Request::image_within(id.clone(), content_type, bytes, args.max_side)
+                .with_context(|| format!("preparing {}", path.display()))?
+        } else {
+            Request::image(id.clone(), content_type, bytes)
+        };
+        let mut parts = vec![(&args.model, image)];
+        if let (Some(caption), Some(text_model)) = (&args.caption, &args.text_model) {
+            parts.push((text_model, Request::text(id.clone(), caption.clone())));
+        }
+        for delivery in producer.send_fanout(&parts).await? {
+            delivery.await.with_context(|| format!("delivering {id}"))?;
+        }
+        sent.push((id, path));
+    }
+    eprintln!("sent {} images to {}", sent.len(), args.model.topic());
+    if !args.wait {
+        return Ok(());
+    }
+    let results = ResultClient::connect(&args.redis).await?;
+    for (id, path) in &sent {
+        let answers = results.wait(id, &models, args.timeout).await?;
+        if args.json {
+            let line: serde_json::Map<String, serde_json::Value> = answers
+                .iter()
+                .map(|(model, answer)| (model.clone(), serde_json::from_str(&answer.to_json()).unwrap_or_default()))
+                .collect();
+            println!("{}\t{}\t{}", id, path.display(), serde_json::Value::Object(line));
+        } else {
+            let parts: Vec<String> = models
+                .iter()
+                .filter_map(|model| Some(format!("{model}: {}", brief(answers.get(model.as_str())?))))
+                .collect();
+            println!("{}  {}  {}", id, path.display(), parts.join("  |  "));
+        }
+    }
+    Ok(())
+}
+
+/// One answer in a few words: the top class, an embedding's size, or the error.
+fn brief(answer: &fleet_proto::Answer) -> String {
+    if let Some(error) = &answer.error {
+        return format!("{} {}", answer.status.as_str(), error.code.as_str());
+    }
+    let output = answer.output.clone().unwrap_or_default();
+    if let Some(best) = output["classes"].get(0) {
+        return format!(
+            "{} (p={:.3})",
+            best["label"].as_str().unwrap_or("?"),
+            best["probability"].as_f64().unwrap_or(0.0)
+        );
+    }
+    if let Some(embedding) = output["embedding"].as_array() {
+        return format!("embedding of {} dims", embedding.len());
+    }
+    answer.status.as_str().to_owned()
 }
 
 async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {

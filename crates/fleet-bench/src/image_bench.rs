@@ -1,0 +1,173 @@
+//! Image benchmarks.
+//!
+//! `image-decode`: camera-like 8K and 5K JPEGs to the model's 224 px input,
+//! shrink-on-load (DCT-domain 1/8 decode, then crop) against full-size
+//! decodes capped at 2048 px and then cropped, in one run. Time per image and
+//! peak heap bytes per decode (a counting allocator, reset per path).
+//!
+//! `image-burst`: many 8K JPEG requests sent at once to a running worker;
+//! its peak RSS (VmHWM, the kernel's high-water mark) once every answer is in.
+
+use crate::PEAK;
+use anyhow::{bail, Context, Result};
+use fleet_image::{decode, fit_within, model_input, probe, synthetic, Format, ImageLimits, InputGeometry, RgbImage};
+use std::time::{Duration, Instant};
+
+const GEOMETRY: InputGeometry = InputGeometry { resize_shorter: 256, crop: 224 };
+const GATEWAY_CAP: u32 = 2048;
+
+pub fn camera_jpeg(width: u32, height: u32, seed: u64) -> Vec<u8> {
+    let photo = synthetic::photo(width, height, seed);
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+        .encode(&photo.pixels, width, height, image::ExtendedColorType::Rgb8)
+        .expect("encoding a synthetic photo");
+    out
+}
+
+struct Path {
+    name: &'static str,
+    run: fn(&[u8]) -> Result<Vec<u8>>,
+}
+
+/// What this worker does: header, DCT-scaled decode, one resize to the crop.
+fn shrink_on_load(bytes: &[u8]) -> Result<Vec<u8>> {
+    let header = probe(bytes, Some(Format::Jpeg), &ImageLimits::default())?;
+    let image = decode(bytes, &header, GEOMETRY.resize_shorter)?;
+    Ok(model_input(&image, GEOMETRY)?)
+}
+
+/// The seed's fix: decode everything (the image crate, zune-jpeg), cap at
+/// 2048 px, then the model input.
+fn full_image_crate(bytes: &[u8]) -> Result<Vec<u8>> {
+    let full = image::load_from_memory_with_format(bytes, image::ImageFormat::Jpeg)?.into_rgb8();
+    let full = RgbImage { width: full.width(), height: full.height(), pixels: full.into_raw() };
+    Ok(model_input(&fit_within(&full, GATEWAY_CAP)?, GEOMETRY)?)
+}
+
+/// The same with jpeg-decoder at full scale: separates the decoder's speed
+/// from the scaling's.
+fn full_jpeg_decoder(bytes: &[u8]) -> Result<Vec<u8>> {
+    let header = probe(bytes, Some(Format::Jpeg), &ImageLimits::default())?;
+    let full = decode(bytes, &header, u32::MAX)?;
+    Ok(model_input(&fit_within(&full, GATEWAY_CAP)?, GEOMETRY)?)
+}
+
+const PATHS: [Path; 3] = [
+    Path { name: "shrink-on-load (jpeg-decoder DCT scale)", run: shrink_on_load },
+    Path { name: "full decode, image crate (zune-jpeg)", run: full_image_crate },
+    Path { name: "full decode, jpeg-decoder", run: full_jpeg_decoder },
+];
+
+struct Row {
+    ms_per_image: f64,
+    peak_mib: f64,
+}
+
+fn measure(path: &Path, photos: &[Vec<u8>], repeats: usize) -> Result<Row> {
+    (path.run)(&photos[0])?; // warm caches and the resizer's buffers
+    let mut peak = 0usize;
+    let started = Instant::now();
+    for _ in 0..repeats {
+        for photo in photos {
+            let baseline = PEAK.current_usage();
+            PEAK.reset_peak_usage();
+            let input = (path.run)(photo)?;
+            peak = peak.max(PEAK.peak_usage().saturating_sub(baseline));
+            if input.len() != 224 * 224 * 3 {
+                bail!("{} produced {} bytes", path.name, input.len());
+            }
+        }
+    }
+    let per_image = started.elapsed().as_secs_f64() * 1000.0 / (repeats * photos.len()) as f64;
+    Ok(Row { ms_per_image: per_image, peak_mib: peak as f64 / (1024.0 * 1024.0) })
+}
+
+pub fn run_decode(photos_per_size: usize, repeats: usize) -> Result<()> {
+    println!("image decode: camera-like JPEGs (synthetic::photo, quality 90) to a 224x224 model input");
+    println!("{:<44} {:>10} {:>11} {:>12}", "path", "size", "ms/image", "peak MiB");
+    let mut eight_k = Vec::new();
+    for (label, width, height) in [("8K", 7680, 4320), ("5K", 5120, 2880)] {
+        let photos: Vec<Vec<u8>> = (0..photos_per_size as u64).map(|s| camera_jpeg(width, height, 100 + s)).collect();
+        let mean_kb = photos.iter().map(Vec::len).sum::<usize>() as f64 / photos.len() as f64 / 1024.0;
+        println!("-- {label} {width}x{height}: {} photos, {mean_kb:.0} KiB each on average", photos.len());
+        for path in &PATHS {
+            let row = measure(path, &photos, repeats)?;
+            println!("{:<44} {:>10} {:>11.1} {:>12.1}", path.name, label, row.ms_per_image, row.peak_mib);
+            if label == "8K" {
+                eight_k.push(row);
+            }
+        }
+    }
+    let (shrink, full) = (&eight_k[0], &eight_k[1]);
+    println!(
+        "RESULT image_decode speedup={:.1} memory_ratio={:.1}",
+        full.ms_per_image / shrink.ms_per_image,
+        full.peak_mib / shrink.peak_mib
+    );
+    Ok(())
+}
+
+pub struct BurstArgs {
+    pub brokers: String,
+    pub redis: String,
+    pub model: fleet_proto::ModelName,
+    pub worker_pid: u32,
+    pub count: usize,
+    pub distinct: usize,
+}
+
+fn status_kib(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading the worker's status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .with_context(|| format!("{field} not in /proc/{pid}/status"))
+}
+
+pub async fn run_burst(args: BurstArgs) -> Result<()> {
+    use fleet_producer::{FleetProducer, KafkaConfig, Request, ResultClient};
+    use fleet_proto::{ContentType, RequestId};
+    let photos: Vec<Vec<u8>> = (0..args.distinct as u64).map(|s| camera_jpeg(7680, 4320, 200 + s)).collect();
+    let rss_before = status_kib(args.worker_pid, "VmRSS:")?;
+    let producer = FleetProducer::new(&KafkaConfig::new(&args.brokers), "image-burst")?;
+    let run = std::process::id();
+    let ids: Vec<RequestId> =
+        (0..args.count).map(|i| RequestId::parse(&format!("burst-{run}-{i}")).expect("valid id")).collect();
+    let started = Instant::now();
+    let mut deliveries = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let request = Request::image(id.clone(), ContentType::Jpeg, photos[i % photos.len()].clone());
+        deliveries.push(producer.send(&args.model, &request).await?);
+    }
+    for delivered in futures::future::join_all(deliveries).await {
+        delivered?;
+    }
+    println!(
+        "sent {} 8K JPEGs ({} distinct, {:.1} MB each) in {:.2?}",
+        args.count,
+        photos.len(),
+        photos[0].len() as f64 / 1e6,
+        started.elapsed()
+    );
+
+    let results = ResultClient::connect(&args.redis).await?;
+    let models = [args.model.clone()];
+    let mut counts = std::collections::BTreeMap::new();
+    for id in &ids {
+        let answers = results.wait(id, &models, Duration::from_secs(120)).await?;
+        let answer = &answers[args.model.as_str()];
+        let key = match &answer.error {
+            Some(e) => format!("{}:{}", answer.status.as_str(), e.code.as_str()),
+            None => answer.status.as_str().to_owned(),
+        };
+        *counts.entry(key).or_insert(0usize) += 1;
+    }
+    let elapsed = started.elapsed();
+    let hwm = status_kib(args.worker_pid, "VmHWM:")?;
+    let answered: usize = counts.values().sum();
+    println!("answers in {elapsed:.2?}: {counts:?}");
+    println!("worker RSS before {:.0} MiB, peak (VmHWM) {:.0} MiB", rss_before as f64 / 1024.0, hwm as f64 / 1024.0);
+    println!("RESULT image_burst peak_rss_mib={:.0} answered={answered}/{}", hwm as f64 / 1024.0, args.count);
+    Ok(())
+}
