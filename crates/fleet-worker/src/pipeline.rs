@@ -102,6 +102,12 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
 
     let mut kafka = ClientConfig::new();
     kafka.set("bootstrap.servers", &args.brokers);
+    if version.config.kind == ModelKind::Image {
+        // One image message (up to 20 MB + headers) must fit a fetch
+        // (librdkafka's default: 1 MB per partition). Text models keep the
+        // default: their messages are small and the flow tests rely on it.
+        kafka.set("max.partition.fetch.bytes", "20971520");
+    }
     for (key, value) in &args.kafka_properties {
         kafka.set(key, value);
     }

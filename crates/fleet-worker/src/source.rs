@@ -95,11 +95,6 @@ impl Source {
             ("session.timeout.ms", "10000"),
             ("heartbeat.interval.ms", "2000"),
             ("queued.min.messages", "1000"),
-            // One image message (up to 20 MB + headers) must fit a fetch
-            // (librdkafka's default: 1 MB per partition); a whole fetch
-            // response is kept to the same 20 MiB, one large message's worth.
-            ("max.partition.fetch.bytes", "20971520"),
-            ("fetch.max.bytes", "20971520"),
         ] {
             if base.get(key).is_none() {
                 base.set(key, value);
