@@ -11,6 +11,7 @@
 use crate::PEAK;
 use anyhow::{bail, Context, Result};
 use fleet_image::{decode, fit_within, model_input, probe, synthetic, Format, ImageLimits, InputGeometry, RgbImage};
+use futures::StreamExt;
 use std::time::{Duration, Instant};
 
 const GEOMETRY: InputGeometry = InputGeometry { resize_shorter: 256, crop: 224 };
@@ -153,9 +154,16 @@ pub async fn run_burst(args: BurstArgs) -> Result<()> {
 
     let results = ResultClient::connect(&args.redis).await?;
     let models = [args.model.clone()];
+    // All waits at once: an answer lives result_ttl_s (30 s), so waiting for
+    // one id after another could look for an early answer after it expired.
+    let outcomes: Vec<_> = futures::stream::iter(&ids)
+        .map(|id| results.wait(id, &models, Duration::from_secs(120)))
+        .buffer_unordered(64)
+        .collect()
+        .await;
     let mut counts = std::collections::BTreeMap::new();
-    for id in &ids {
-        let answers = results.wait(id, &models, Duration::from_secs(120)).await?;
+    for answers in outcomes {
+        let answers = answers?;
         let answer = &answers[args.model.as_str()];
         let key = match &answer.error {
             Some(e) => format!("{}:{}", answer.status.as_str(), e.code.as_str()),

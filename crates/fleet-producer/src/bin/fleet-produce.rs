@@ -10,6 +10,7 @@ use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
 use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, ResultClient, SendError};
 use fleet_proto::{ContentType, ModelName, RequestId};
 use futures::future::join_all;
+use futures::StreamExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -280,8 +281,16 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
     let models = [args.model.clone()];
     let mut answered = Vec::with_capacity(requests.len());
     let mut failures = 0usize;
-    for (request, text) in requests.iter().zip(&texts) {
-        match results.wait(&request.id, &models, args.timeout).await {
+    // Many waits at once, in order: an answer lives only the model's
+    // result_ttl_s, so waiting for one id after another could look for an
+    // early answer after it expired.
+    let outcomes: Vec<_> = futures::stream::iter(requests)
+        .map(|request| results.wait(&request.id, &models, args.timeout))
+        .buffered(64)
+        .collect()
+        .await;
+    for ((request, text), outcome) in requests.iter().zip(&texts).zip(outcomes) {
+        match outcome {
             Ok(mut answers) => {
                 if let Some(answer) = answers.remove(args.model.as_str()) {
                     if !args.summary {

@@ -304,22 +304,36 @@ pub fn sentences() -> Vec<String> {
 }
 
 /// Waits for every id's answer; asserts each has exactly one answer field
-/// and returns the status counts.
+/// and returns the status counts. The waits run together: an answer lives
+/// only `result_ttl_s`, so waiting for one id after another could look for
+/// an early answer after it has expired.
 pub async fn ledger(
     redis: &Redis,
     model: &ModelName,
     ids: &[fleet_proto::RequestId],
     timeout: Duration,
 ) -> std::collections::BTreeMap<String, usize> {
+    use futures::StreamExt;
     use redis::AsyncCommands;
     let results = fleet_producer::ResultClient::connect(&redis.url()).await.unwrap();
-    let mut conn = redis.connection().await;
+    let conn = redis.connection().await;
+    let statuses: Vec<String> = futures::stream::iter(ids)
+        .map(|id| {
+            let (results, mut conn) = (&results, conn.clone());
+            async move {
+                let answers =
+                    results.wait(id, std::slice::from_ref(model), timeout).await.unwrap_or_else(|e| panic!("{e}"));
+                let fields: usize = conn.hlen(fleet_proto::keys::result_key(id)).await.unwrap();
+                assert_eq!(fields, 1, "{id} has {fields} answer fields");
+                answers[model.as_str()].status.as_str().to_owned()
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
     let mut counts = std::collections::BTreeMap::new();
-    for id in ids {
-        let answers = results.wait(id, std::slice::from_ref(model), timeout).await.unwrap_or_else(|e| panic!("{e}"));
-        let fields: usize = conn.hlen(fleet_proto::keys::result_key(id)).await.unwrap();
-        assert_eq!(fields, 1, "{id} has {fields} answer fields");
-        *counts.entry(answers[model.as_str()].status.as_str().to_owned()).or_insert(0) += 1;
+    for status in statuses {
+        *counts.entry(status).or_insert(0) += 1;
     }
     counts
 }
