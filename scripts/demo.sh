@@ -16,15 +16,8 @@ ensure_redis
 ensure_broker
 "$FLEET_BIN_DIR/fleet-produce" topics --model minilm
 
-"$FLEET_BIN_DIR/fleet-worker" --model minilm --model-repo models --metrics-addr 127.0.0.1:9464 \
-  >"$FLEET_RUN_DIR/worker.log" 2>&1 &
-STARTED_PIDS=("$!" "${STARTED_PIDS[@]}")   # stop the worker first
 echo "worker: starting (log .fleet/worker.log, metrics http://127.0.0.1:9464/metrics)"
-for _ in $(seq 300); do
-  grep -q "partitions assigned" "$FLEET_RUN_DIR/worker.log" && break
-  kill -0 "${STARTED_PIDS[0]}" 2>/dev/null || { tail -20 "$FLEET_RUN_DIR/worker.log"; exit 1; }
-  sleep 0.1
-done
+start_worker minilm 9464 worker.log
 echo "worker: warm and consuming"
 
 n=$(wc -l < scripts/demo-sentences.txt)
@@ -36,14 +29,7 @@ echo "sending $n sentences to infer.minilm and waiting for every answer..."
 # Vision and text at once: each photo goes to the image model and, with its
 # caption, to the text model as one two-part request.
 "$FLEET_BIN_DIR/fleet-produce" topics --model efficientnet_lite0
-"$FLEET_BIN_DIR/fleet-worker" --model efficientnet_lite0 --model-repo models --metrics-addr 127.0.0.1:9465 \
-  >"$FLEET_RUN_DIR/worker-image.log" 2>&1 &
-STARTED_PIDS=("$!" "${STARTED_PIDS[@]}")
-for _ in $(seq 300); do
-  grep -q "partitions assigned" "$FLEET_RUN_DIR/worker-image.log" && break
-  kill -0 "${STARTED_PIDS[0]}" 2>/dev/null || { tail -20 "$FLEET_RUN_DIR/worker-image.log"; exit 1; }
-  sleep 0.1
-done
+start_worker efficientnet_lite0 9465 worker-image.log
 echo
 echo "sending real photos (scikit-image) to infer.efficientnet_lite0, each with a caption to infer.minilm..."
 "$FLEET_BIN_DIR/fleet-produce" image --model efficientnet_lite0 --text-model minilm \

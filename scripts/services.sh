@@ -38,3 +38,19 @@ stop_started() {
   for pid in "${STARTED_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${STARTED_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
+
+# start_worker MODEL METRICS_PORT LOG: starts a worker on the local model
+# repository, records it to be stopped first, and waits until it consumes.
+# Sets WORKER_PID.
+start_worker() {
+  local model=$1 port=$2 log="$FLEET_RUN_DIR/$3"
+  "$FLEET_BIN_DIR/fleet-worker" --model "$model" --model-repo models --metrics-addr "127.0.0.1:$port" >"$log" 2>&1 &
+  WORKER_PID=$!
+  STARTED_PIDS=("$WORKER_PID" "${STARTED_PIDS[@]}")   # workers stop before the broker
+  for _ in $(seq 300); do
+    grep -q "partitions assigned" "$log" && return 0
+    kill -0 "$WORKER_PID" 2>/dev/null || { tail -20 "$log"; exit 1; }
+    sleep 0.1
+  done
+  echo "error: worker for $model did not get its partitions (log $log)" >&2; exit 1
+}

@@ -36,11 +36,8 @@ impl Request {
         bytes: Vec<u8>,
         max_side: u32,
     ) -> Result<Self, ImageError> {
-        let declared = match content_type {
-            ContentType::Jpeg => Format::Jpeg,
-            ContentType::Png => Format::Png,
-            ContentType::Webp => Format::WebP,
-            ContentType::Text => return Err(ImageError::Unsupported("text is not an image".into())),
+        let Some(declared) = Format::from_mime(content_type.as_str()) else {
+            return Err(ImageError::Unsupported(format!("{content_type} is not an image")));
         };
         Ok(match fleet_image::shrink_for_transport(&bytes, Some(declared), &ImageLimits::default(), max_side, 90)? {
             Some(jpeg) => Self::image(id, ContentType::Jpeg, jpeg),

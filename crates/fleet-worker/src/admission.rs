@@ -124,14 +124,9 @@ impl AdmissionPolicy {
         now_ms: u64,
     ) -> Admission {
         let created = Some(envelope.created_ms);
-        let declared = match envelope.content_type {
-            ContentType::Jpeg => Format::Jpeg,
-            ContentType::Png => Format::Png,
-            ContentType::Webp => Format::WebP,
-            ContentType::Text => {
-                let message = format!("{} serves images, not text", self.model);
-                return self.refuse(envelope.id, ErrorCode::UnsupportedFormat, message, created, now_ms);
-            }
+        let Some(declared) = Format::from_mime(envelope.content_type.as_str()) else {
+            let message = format!("{} serves images, not {}", self.model, envelope.content_type);
+            return self.refuse(envelope.id, ErrorCode::UnsupportedFormat, message, created, now_ms);
         };
         if payload.is_empty() {
             return self.refuse(envelope.id, ErrorCode::EmptyInput, "image is empty".into(), created, now_ms);
