@@ -41,23 +41,27 @@ async fn a_backlog_ten_times_the_limit_stays_within_the_limit() {
         &redis,
         &["--max-in-flight", &limit.to_string(), "--prefetch-kbytes", "2048", "--intra-op-threads", "2"],
     );
-    let mut max_depth = 0.0f64;
-    let mut paused_seen = false;
-    let started = Instant::now();
-    let mut baseline_kib = None;
-    while started.elapsed() < Duration::from_secs(240) {
-        let scrape = worker.scrape().await;
-        if !scrape.is_empty() {
-            baseline_kib.get_or_insert_with(|| worker.memory_kib("VmRSS"));
+    // Watch the gauges while the ledger collects the answers as they land:
+    // an answer lives only result_ttl_s (30 s), less than the backlog takes.
+    let watch = async {
+        let (mut max_depth, mut paused_seen, mut baseline_kib) = (0.0f64, false, None);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(240) {
+            let scrape = worker.scrape().await;
+            if !scrape.is_empty() {
+                baseline_kib.get_or_insert_with(|| worker.memory_kib("VmRSS"));
+            }
+            max_depth = max_depth.max(metric_value(&scrape, "fleet_queue_depth", &[("model", "minilm")]));
+            paused_seen |= metric_value(&scrape, "fleet_consumer_paused", &[("model", "minilm")]) == 1.0;
+            if metric_value(&scrape, "fleet_requests_total", &[("model", "minilm")]) >= ids.len() as f64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        max_depth = max_depth.max(metric_value(&scrape, "fleet_queue_depth", &[("model", "minilm")]));
-        paused_seen |= metric_value(&scrape, "fleet_consumer_paused", &[("model", "minilm")]) == 1.0;
-        if metric_value(&scrape, "fleet_requests_total", &[("model", "minilm")]) >= ids.len() as f64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let counts = ledger(&redis, &model, &ids, Duration::from_secs(60)).await;
+        (max_depth, paused_seen, baseline_kib)
+    };
+    let ((max_depth, paused_seen, baseline_kib), counts) =
+        tokio::join!(watch, ledger(&redis, &model, &ids, Duration::from_secs(240)));
     assert_eq!(counts.get("ok"), Some(&ids.len()), "{counts:?}");
     assert!(max_depth <= limit as f64, "fleet_queue_depth reached {max_depth} > {limit}");
     assert!(max_depth > 0.0, "the gauge never moved");

@@ -306,7 +306,8 @@ pub fn sentences() -> Vec<String> {
 /// Waits for every id's answer; asserts each has exactly one answer field
 /// and returns the status counts. The waits run together: an answer lives
 /// only `result_ttl_s`, so waiting for one id after another could look for
-/// an early answer after it has expired.
+/// an early answer after it has expired. Every wait starts at once (each
+/// holds its own Redis connection) for the same reason.
 pub async fn ledger(
     redis: &Redis,
     model: &ModelName,
@@ -328,7 +329,7 @@ pub async fn ledger(
                 answers[model.as_str()].status.as_str().to_owned()
             }
         })
-        .buffer_unordered(64)
+        .buffer_unordered(ids.len().max(1))
         .collect()
         .await;
     let mut counts = std::collections::BTreeMap::new();
