@@ -19,6 +19,11 @@ command -v make >/dev/null || missing+=(make)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 [ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+# libjpeg-turbo is built from the turbojpeg crate's vendored source: cmake
+# drives it, nasm assembles its SIMD (required: without it decoding is
+# several times slower).
+command -v cmake >/dev/null || missing+=(cmake)
+command -v nasm >/dev/null || missing+=(nasm)
 # plotters (benchmark plots) renders text through fontconfig.
 [ -e /usr/include/fontconfig/fontconfig.h ] || missing+=(libfontconfig1-dev)
 fc-list 2>/dev/null | grep -q . || missing+=(fonts-dejavu-core)
@@ -32,7 +37,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
-ok "compilers, redis-server, python venv, fonts"
+ok "compilers, cmake, nasm, redis-server, python venv, fonts"
 
 step 2/6 "python venv with torch $FLEET_TORCH_VERSION ($FLEET_VENV)"
 if [ -f "$FLEET_VENV/.complete" ]; then

@@ -26,10 +26,6 @@ use fleet_worker::tokenize::TextTokenizer;
 use measure::{measure, warm_up, Measured};
 use std::path::PathBuf;
 
-/// Counts heap bytes so the image benchmark can report each path's peak.
-#[global_allocator]
-static PEAK: peak_alloc::PeakAlloc = peak_alloc::PeakAlloc;
-
 #[derive(Parser)]
 #[command(about = "Benchmarks of the fleet on the real models (CPU)")]
 struct Cli {

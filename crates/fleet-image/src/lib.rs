@@ -18,6 +18,7 @@
 mod decode;
 mod error;
 mod format;
+mod jpeg;
 mod probe;
 mod resize;
 pub mod synthetic;

@@ -34,17 +34,21 @@ pub struct Header {
     pub progressive: bool,
 }
 
+/// A side scaled by `eighths`/8, rounded up as libjpeg does (TJSCALED).
+fn scaled(len: u32, eighths: u32) -> u32 {
+    (u64::from(len) * u64::from(eighths)).div_ceil(8) as u32
+}
+
 /// Fixed allowance for decoder state beyond the pixel buffers.
 const DECODER_OVERHEAD: u64 = 1 << 20;
 
 impl Header {
-    /// The size the JPEG decoder is asked for so that the shorter side is at
-    /// least `min_side` (it then picks the smallest DCT scale that reaches it).
-    pub(crate) fn scale_request(&self, min_side: u32) -> (u16, u16) {
-        let short = u64::from(self.width.min(self.height)).max(1);
-        let side = u64::from(min_side).min(short);
-        let scaled = |len: u32| (u64::from(len) * side).div_ceil(short).min(u64::from(u16::MAX)) as u16;
-        (scaled(self.width), scaled(self.height))
+    /// The DCT scale, in eighths (1, 2, 4 or 8), at which a JPEG is decoded
+    /// so that its shorter side stays at least `min_side`: the smallest one
+    /// that keeps it, or full size when even that is too small.
+    pub fn dct_eighths(&self, min_side: u32) -> u32 {
+        let short = self.width.min(self.height);
+        [1, 2, 4].into_iter().find(|&eighths| scaled(short, eighths) >= min_side).unwrap_or(8)
     }
 
     /// The dimensions `decode(…, min_side)` produces before orientation.
@@ -52,16 +56,8 @@ impl Header {
         if self.format != Format::Jpeg {
             return (self.width, self.height);
         }
-        let (want_w, want_h) = self.scale_request(min_side);
-        // Mirrors jpeg-decoder: the smallest of 1/8, 2/8, 4/8, 8/8 that
-        // reaches the request in at least one axis.
-        let scaled = |len: u32, eighths: u32| (len * eighths).div_ceil(8);
-        for eighths in [1, 2, 4] {
-            if scaled(self.width, eighths) >= u32::from(want_w) || scaled(self.height, eighths) >= u32::from(want_h) {
-                return (scaled(self.width, eighths), scaled(self.height, eighths));
-            }
-        }
-        (self.width, self.height)
+        let eighths = self.dct_eighths(min_side);
+        (scaled(self.width, eighths), scaled(self.height, eighths))
     }
 
     /// An upper estimate of the bytes `decode(…, min_side)` holds at its
