@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst fmt lint
+.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst record-burst-lag fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -9,6 +9,10 @@ demo:
 
 test:
 	bash scripts/test.sh
+
+# The chart, compose file, alert rules and dashboard only (part of `make test`).
+test-deploy:
+	bash scripts/test-deploy.sh
 
 # Benchmarks (docs/benchmarks.md): commands, not timed tests.
 bench-batching:
@@ -26,6 +30,10 @@ bench-image-decode:
 
 bench-image-burst:
 	bash scripts/bench-image-burst.sh
+
+# A burst's consumer lag, recorded and replayed through the HPA (docs/autoscaling.md).
+record-burst-lag:
+	bash scripts/record-burst-lag.sh
 
 fmt:
 	cargo fmt --all

@@ -11,7 +11,7 @@ mkdir -p "$FLEET_CACHE/logs"
 step() { printf '\n==> [%s] %s\n' "$1" "$2"; }
 ok() { printf '    ok: %s\n' "$*"; }
 
-step 1/6 "system packages"
+step 1/7 "system packages"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v cc >/dev/null || missing+=(build-essential)
@@ -39,7 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 ok "compilers, cmake, nasm, redis-server, python venv, fonts"
 
-step 2/6 "python venv with torch $FLEET_TORCH_VERSION ($FLEET_VENV)"
+step 2/7 "python venv with torch $FLEET_TORCH_VERSION ($FLEET_VENV)"
 if [ -f "$FLEET_VENV/.complete" ]; then
   ok "cached"
 else
@@ -72,7 +72,7 @@ else
   ok "vision packages installed"
 fi
 
-step 3/6 "Kafka-API broker nisshi $FLEET_NISSHI_VERSION ($FLEET_NISSHI_BIN)"
+step 3/7 "Kafka-API broker nisshi $FLEET_NISSHI_VERSION ($FLEET_NISSHI_BIN)"
 if [ -x "$FLEET_NISSHI_BIN" ]; then
   ok "cached"
 else
@@ -85,7 +85,7 @@ else
   ok "installed"
 fi
 
-step 4/6 "Redis on 127.0.0.1:6379"
+step 4/7 "Redis on 127.0.0.1:6379"
 if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   ok "already answering"
 else
@@ -95,7 +95,7 @@ else
   redis-cli -p 6379 ping >/dev/null && ok "started"
 fi
 
-step 5/6 "model repository (models/)"
+step 5/7 "model repository (models/)"
 stamp="models/minilm/1/.export-$(sha256sum scripts/export_minilm.py scripts/demo-sentences.txt | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
   ok "minilm version 1 exported"
@@ -121,7 +121,10 @@ fi
 cp scripts/models/efficientnet_lite0.config.toml models/efficientnet_lite0/config.toml
 ok "models/efficientnet_lite0/config.toml"
 
-step 6/6 "build (cargo, release; target dir $CARGO_TARGET_DIR)"
+step 6/7 "deployment check tools: helm, kubernetes-validate, promtool (scripts/setup-ops-tools.sh)"
+bash scripts/setup-ops-tools.sh
+
+step 7/7 "build (cargo, release; target dir $CARGO_TARGET_DIR)"
 cargo build --release --workspace --all-targets
-ok "fleet-worker, fleet-produce, fleet-bench in $FLEET_BIN_DIR"
+ok "fleet-worker, fleet-produce, fleet-lag, fleet-bench in $FLEET_BIN_DIR"
 printf '\nsetup complete: try `make demo`, or `make test`\n'

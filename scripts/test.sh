@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite — unit and property tests, and integration
-# tests that start their own nisshi broker and redis-server on free ports and
-# run the real worker on the real model.
+# `make test`: the whole suite — the deployment checks (scripts/test-deploy.sh),
+# unit and property tests, and integration tests that start their own nisshi
+# broker and redis-server on free ports and run the real worker on the real
+# model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 [ -x "$FLEET_NISSHI_BIN" ] || { echo "error: no broker at $FLEET_NISSHI_BIN: run make setup" >&2; exit 1; }
 [ -f models/minilm/1/model.pt ] || { echo "error: models/minilm is not exported: run make setup" >&2; exit 1; }
 export FLEET_MODEL_REPO="$PWD/models"
+# The chart, compose file, alert rules and dashboard, checked offline.
+bash scripts/test-deploy.sh
 cargo test --release --workspace "$@"

@@ -34,7 +34,7 @@ pub async fn run(redis_url: &str, engine: &TextEngine, rows: &[Vec<i64>], n: usi
     let row_refs: Vec<&[i64]> = rows.iter().map(Vec::as_slice).collect();
     let embeddings = engine.embed(&row_refs)?;
     let batches = answers(n, rows.len(), &embeddings[0]);
-    let mut sink = ResultSink::connect(redis_url, 30, 30).await?;
+    let mut sink = ResultSink::connect(redis::Client::open(redis_url)?, 30, 30).await?;
     let mut conn = redis::Client::open(redis_url)?.get_multiplexed_async_connection().await?;
     let clear = |conn: &mut redis::aio::MultiplexedConnection| {
         let mut conn = conn.clone();
@@ -59,7 +59,7 @@ pub async fn run(redis_url: &str, engine: &TextEngine, rows: &[Vec<i64>], n: usi
 
     // Cache hit vs compute, for one batch of `rows`.
     let model = ModelName::parse("minilm")?;
-    let mut cache = FeatureCache::connect(redis_url, model, 1).await?;
+    let mut cache = FeatureCache::connect(redis::Client::open(redis_url)?, model, 1).await?;
     let hashes: Vec<String> = rows.iter().map(|r| tokens_hash(r)).collect();
     let mut seed = redis::pipe();
     for (hash, embedding) in hashes.iter().zip(&embeddings) {

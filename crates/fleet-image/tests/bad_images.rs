@@ -95,7 +95,8 @@ fn each_broken_file_gets_its_own_kind_of_error() {
     let mut wrong_magic = good.clone();
     wrong_magic[..4].copy_from_slice(b"GIF8");
 
-    let cases: Vec<(&str, Vec<u8>, Option<Format>, fn(&ImageError) -> bool)> = vec![
+    type Expected = fn(&ImageError) -> bool;
+    let cases: Vec<(&str, Vec<u8>, Option<Format>, Expected)> = vec![
         ("zero bytes", Vec::new(), Some(Format::Jpeg), |e| matches!(e, ImageError::Malformed(_))),
         ("wrong magic", wrong_magic, Some(Format::Jpeg), |e| matches!(e, ImageError::Unsupported(_))),
         ("content type lies", good.clone(), Some(Format::Png), |e| matches!(e, ImageError::Unsupported(_))),

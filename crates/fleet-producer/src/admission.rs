@@ -34,7 +34,11 @@ pub struct BacklogGuard {
 
 impl BacklogGuard {
     pub async fn connect(redis_url: &str, max_backlog: u64) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(redis_url)?;
+        Self::connect_client(redis::Client::open(redis_url)?, max_backlog).await
+    }
+
+    /// With a client built elsewhere, e.g. with TLS settings.
+    pub async fn connect_client(client: redis::Client, max_backlog: u64) -> Result<Self, redis::RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_millis(500)));

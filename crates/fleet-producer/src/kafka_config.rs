@@ -29,9 +29,4 @@ impl KafkaConfig {
 }
 
 /// Parses `key=value` (for `--kafka-property`).
-pub fn parse_property(raw: &str) -> Result<(String, String), String> {
-    raw.split_once('=')
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected key=value, got {raw:?}"))
-}
+pub use fleet_proto::client_properties::parse_pair as parse_property;

@@ -32,8 +32,14 @@ pub struct ResultClient {
 }
 
 impl ResultClient {
+    /// A plain `redis://` URL, or `rediss://` trusting the system's roots.
     pub async fn connect(url: &str) -> Result<Self, ResultError> {
-        let client = redis::Client::open(url)?;
+        Self::connect_client(redis::Client::open(url)?).await
+    }
+
+    /// With a client built elsewhere, e.g. with TLS settings
+    /// (`fleet_connect::redis::RedisConfig::client`).
+    pub async fn connect_client(client: redis::Client) -> Result<Self, ResultError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)));

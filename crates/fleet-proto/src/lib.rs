@@ -8,6 +8,7 @@
 
 pub mod answer;
 pub mod backlog;
+pub mod client_properties;
 pub mod content_type;
 pub mod envelope;
 pub mod headers;

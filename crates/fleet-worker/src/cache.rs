@@ -46,8 +46,7 @@ pub struct FeatureCache {
 }
 
 impl FeatureCache {
-    pub async fn connect(url: &str, model: ModelName, version: u64) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(url)?;
+    pub async fn connect(client: redis::Client, model: ModelName, version: u64) -> Result<Self, redis::RedisError> {
         // Short: a slow cache must not slow the batch more than it could save.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))

@@ -22,11 +22,14 @@ pub struct WorkerArgs {
     #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092")]
     pub brokers: String,
     /// Extra librdkafka property for the consumer and DLQ producer, key=value (repeatable).
-    #[arg(long = "kafka-property", value_parser = parse_property)]
+    #[arg(long = "kafka-property", value_parser = fleet_proto::client_properties::parse_pair)]
     pub kafka_properties: Vec<(String, String)>,
-    /// Redis URL (redis:// or rediss://, user and password may be in the URL).
-    #[arg(long, env = "FLEET_REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
-    pub redis: String,
+    /// A file of librdkafka properties, key=value lines (SASL/TLS settings
+    /// mounted from a Secret); --kafka-property entries override it.
+    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE")]
+    pub kafka_properties_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub redis: fleet_connect::redis::RedisConfig,
     /// Where /metrics, /healthz and /ready are served.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
@@ -83,18 +86,22 @@ impl WorkerArgs {
             .unwrap_or_else(|| format!("pid-{}", std::process::id()))
     }
 
+    /// The librdkafka config: brokers, `--kafka-properties-file`, then
+    /// `--kafka-property` entries. Errors name the file and line, never a
+    /// value (it may be a password).
+    pub fn kafka_config(&self) -> Result<rdkafka::ClientConfig, fleet_connect::kafka::KafkaConfigError> {
+        fleet_connect::kafka::client_config(
+            &self.brokers,
+            self.kafka_properties_file.as_deref(),
+            &self.kafka_properties,
+        )
+    }
+
     pub fn intra_op_threads(&self) -> usize {
         self.intra_op_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
             .max(1)
     }
-}
-
-fn parse_property(raw: &str) -> Result<(String, String), String> {
-    raw.split_once('=')
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected key=value, got {raw:?}"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

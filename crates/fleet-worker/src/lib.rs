@@ -14,6 +14,8 @@ pub mod config;
 pub mod decode_budget;
 pub mod engine;
 pub mod flow;
+pub mod gpu;
+pub mod health;
 pub mod message;
 pub mod metrics;
 pub mod model;

@@ -1,9 +1,12 @@
 //! Prometheus metrics. The names are a contract (dashboards, alerts and the
 //! HPA read them, see docs/metrics.md), so they live here as constants and
-//! are recorded where each decision is made.
+//! are recorded where each decision is made. Every series a worker can
+//! have is registered at start with its HELP text and zero, so a scrape of
+//! a fresh worker already shows the full set (and `rate()` starts at 0, not
+//! at the first event).
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use std::net::SocketAddr;
+use fleet_proto::Status;
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS_TOTAL: &str = "fleet_requests_total";
 pub const TTL_DROPPED_TOTAL: &str = "fleet_ttl_dropped_total";
@@ -27,19 +30,78 @@ pub const CACHE_SAVED_SECONDS: &str = "fleet_feature_cache_saved_seconds";
 pub const IMAGE_DECODE_BYTES_IN_USE: &str = "fleet_image_decode_bytes_in_use";
 /// 1 while the source has paused its partitions because it holds its limit.
 pub const CONSUMER_PAUSED: &str = "fleet_consumer_paused";
+/// 1 while `/ready` answers 200 (the alert rules read it).
+pub const WORKER_READY: &str = "fleet_worker_ready";
+/// Device memory, per visible GPU, only when serving on CUDA.
+pub const GPU_MEMORY_USED_BYTES: &str = "nv_gpu_memory_used_bytes";
+pub const GPU_MEMORY_TOTAL_BYTES: &str = "nv_gpu_memory_total_bytes";
+
+/// The dead-letter reasons a worker can give (fleet_proto::Rejection).
+pub const DLQ_REASONS: &[&str] = &["unreadable_request_id"];
 
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 const TOKEN_BUCKETS: &[f64] = &[16.0, 64.0, 256.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0];
 const RATIO_BUCKETS: &[f64] = &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
 
-/// Serves `/metrics` on `addr` in the background.
-pub fn install(addr: SocketAddr) -> Result<(), metrics_exporter_prometheus::BuildError> {
+/// Installs the recorder; the caller serves the handle (fleet_ops::endpoints).
+pub fn install() -> Result<PrometheusHandle, BuildError> {
     PrometheusBuilder::new()
-        .with_http_listener(addr)
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), BATCH_SIZE_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(BATCH_TOKENS.into()), TOKEN_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(PADDING_EFFICIENCY.into()), RATIO_BUCKETS)?
-        .install()
+        .install_recorder()
+}
+
+/// HELP texts and zero-valued series for everything `model`'s worker exports.
+pub fn register(model: &str) {
+    use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+    describe_counter!(REQUESTS_TOTAL, "Answers written, by status (ok, error, expired)");
+    describe_counter!(TTL_DROPPED_TOTAL, "Requests answered expired without being computed");
+    describe_counter!(DLQ_TOTAL, "Messages copied to the dead-letter topic, by reason");
+    describe_gauge!(QUEUE_DEPTH, "Messages read and not yet answered");
+    describe_histogram!(BATCH_SIZE, "Rows per model call");
+    describe_histogram!(BATCH_TOKENS, "Rows x padded length per model call (images: rows)");
+    describe_histogram!(PADDING_EFFICIENCY, "Real tokens / computed tokens per model call");
+    describe_histogram!(QUEUE_WAIT_SECONDS, Unit::Seconds, "From the request's creation to its model call");
+    describe_histogram!(INFERENCE_SECONDS, Unit::Seconds, "Model call time per batch");
+    describe_histogram!(E2E_SECONDS, Unit::Seconds, "From the request's creation to its answer in Redis");
+    describe_counter!(MODEL_ROWS_TOTAL, "Rows handed to the model (retries included)");
+    describe_counter!(CACHE_HITS_TOTAL, "Requests answered from the feature cache");
+    describe_counter!(CACHE_MISSES_TOTAL, "Requests the feature cache did not have");
+    describe_histogram!(CACHE_SAVED_SECONDS, Unit::Seconds, "Model time each cache hit did not spend");
+    describe_gauge!(IMAGE_DECODE_BYTES_IN_USE, Unit::Bytes, "Bytes reserved by image decodes running now");
+    describe_gauge!(CONSUMER_PAUSED, "1 while the partitions are paused at the in-flight limit");
+    describe_gauge!(WORKER_READY, "1 while /ready passes: model warm, broker and Redis reachable");
+    describe_gauge!(GPU_MEMORY_USED_BYTES, Unit::Bytes, "Device memory in use (NVML), CUDA workers only");
+    describe_gauge!(GPU_MEMORY_TOTAL_BYTES, Unit::Bytes, "Device memory in all (NVML), CUDA workers only");
+    fleet_ops::probe::describe();
+
+    let model = model.to_owned();
+    for status in [Status::Ok, Status::Error, Status::Expired] {
+        counter!(REQUESTS_TOTAL, "model" => model.clone(), "status" => status.as_str()).absolute(0);
+    }
+    for reason in DLQ_REASONS {
+        counter!(DLQ_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
+    }
+    for name in [TTL_DROPPED_TOTAL, MODEL_ROWS_TOTAL, CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL] {
+        counter!(name, "model" => model.clone()).absolute(0);
+    }
+    for name in [QUEUE_DEPTH, CONSUMER_PAUSED, WORKER_READY] {
+        gauge!(name, "model" => model.clone()).set(0.0);
+    }
+    gauge!(IMAGE_DECODE_BYTES_IN_USE).set(0.0);
+    // A histogram handle registers the series; it renders with zero counts.
+    for name in [
+        BATCH_SIZE,
+        BATCH_TOKENS,
+        PADDING_EFFICIENCY,
+        QUEUE_WAIT_SECONDS,
+        INFERENCE_SECONDS,
+        E2E_SECONDS,
+        CACHE_SAVED_SECONDS,
+    ] {
+        let _ = histogram!(name, "model" => model.clone());
+    }
 }

@@ -15,6 +15,8 @@ use crate::config::{ModelKind, WorkerArgs};
 use crate::decode_budget::DecodeBudget;
 use crate::engine::choose_device;
 use crate::flow::{FlowGate, FlowLimits, Transition};
+use crate::gpu::GpuMemory;
+use crate::health::{self, Health};
 use crate::message::{Inbound, Position};
 use crate::metrics as m;
 use crate::model::{Model, ModelInput};
@@ -24,8 +26,8 @@ use crate::source::{Committer, Source};
 use crate::tokenize::{TextTokenizer, TokenizeError};
 use anyhow::{bail, Context, Result};
 use fleet_image::InputGeometry;
+use fleet_ops::endpoints::{self, Checks};
 use fleet_proto::{keys, Answer, ErrorCode, ModelName, RequestId, Status, Timings};
-use rdkafka::ClientConfig;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -56,8 +58,9 @@ impl Job {
 
 /// How consumed requests become model inputs.
 enum Preparation {
-    /// Tokenized inline: microseconds per request.
-    Text(TextTokenizer),
+    /// Tokenized inline: microseconds per request. Boxed: a tokenizer is
+    /// a kilobyte, the image variant a few words.
+    Text(Box<TextTokenizer>),
     /// Decoded on blocking threads, each decode holding its share of the
     /// memory budget, at most `slots` at once.
     Image { budget: DecodeBudget, slots: Arc<Semaphore>, geometry: InputGeometry },
@@ -80,7 +83,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         ModelKind::Text => {
             let text = version.config.text().context("text model without [text]")?;
             let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, text.truncate)?;
-            (InputPolicy::Text { max_text_bytes: text.max_text_bytes }, Preparation::Text(tokenizer))
+            (InputPolicy::Text { max_text_bytes: text.max_text_bytes }, Preparation::Text(Box::new(tokenizer)))
         }
         ModelKind::Image => {
             let image = version.config.image().context("image model without [image]")?;
@@ -98,31 +101,31 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         inputs,
         request_ttl_ms: version.config.ttl.request_ttl_ms,
     };
-    m::install(args.metrics_addr).context("starting the metrics listener")?;
+    let health = Arc::new(Health::default());
+    serve_endpoints(&args, health.clone()).await?;
 
-    let mut kafka = ClientConfig::new();
-    kafka.set("bootstrap.servers", &args.brokers);
-    if version.config.kind == ModelKind::Image {
+    let mut kafka = args.kafka_config()?;
+    if version.config.kind == ModelKind::Image && kafka.get("max.partition.fetch.bytes").is_none() {
         // One image message (up to 20 MB + headers) must fit a fetch
         // (librdkafka's default: 1 MB per partition). Text models keep the
         // default: their messages are small and the flow tests rely on it.
         kafka.set("max.partition.fetch.bytes", "20971520");
     }
-    for (key, value) in &args.kafka_properties {
-        kafka.set(key, value);
-    }
     let ttl = &version.config.ttl;
-    let results =
-        ResultSink::connect(&args.redis, ttl.result_ttl_s, ttl.feature_ttl_s).await.context("connecting to Redis")?;
-    let cache = FeatureCache::connect(&args.redis, args.model.clone(), version.version).await?;
+    let redis = args.redis.client()?;
+    let results = ResultSink::connect(redis.clone(), ttl.result_ttl_s, ttl.feature_ttl_s)
+        .await
+        .with_context(|| format!("connecting to Redis at {}", args.redis.redacted_url()))?;
+    let cache = FeatureCache::connect(redis.clone(), args.model.clone(), version.version).await?;
     let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic())?;
 
     let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
     let (compute_tx, compute_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
     let (sink_tx, sink_rx) = mpsc::channel::<SinkItem>(SINK_QUEUE);
     let (timing_tx, timing_rx) = mpsc::unbounded_channel::<BatchTiming>();
-    let engine = spawn_engine(&args, &version, compute_rx, sink_tx.clone(), timing_tx)?;
+    let engine = spawn_engine(&args, &version, compute_rx, sink_tx.clone(), timing_tx, health.clone())?;
     engine.ready.await.context("engine thread died during warm-up")??;
+    health.set_warm();
     tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
 
     let source = Arc::new(Source::subscribe(
@@ -133,9 +136,12 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         args.prefetch_kbytes,
     )?);
     let committer = source.committer();
-    let backlog = BacklogPublisher::connect(&args.redis, &args.model, args.worker_id()).await?;
+    let backlog = BacklogPublisher::connect(redis, &args.model, args.worker_id()).await?;
     let (stop_reporting, reporting_stopped) = oneshot::channel::<()>();
-    let reporter = tokio::spawn(report_backlog(source.clone(), backlog, reporting_stopped));
+    let gpu = (engine.device != tch::Device::Cpu).then(open_gpu_memory).flatten();
+    let ready_gauge = metrics::gauge!(m::WORKER_READY, "model" => args.model.to_string());
+    let status = StatusReport { source: source.clone(), publisher: backlog, health: health.clone(), gpu, ready_gauge };
+    let reporter = tokio::spawn(report_status(status, reporting_stopped));
     let sink = tokio::spawn(run_sink(args.model.clone(), sink_rx, results, dead_letters, committer.clone()));
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
     let limits = version.config.batching.limits(version.config.max_input_len());
@@ -174,26 +180,87 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     Ok(())
 }
 
-/// Every second: this worker's backlog into Redis, for producer admission.
-async fn report_backlog(source: Arc<Source>, mut publisher: BacklogPublisher, mut stop: oneshot::Receiver<()>) {
+/// `/metrics`, `/healthz` and `/ready`, up before the model loads: a probe
+/// during warm-up gets "not ready" rather than a refused connection.
+async fn serve_endpoints(args: &WorkerArgs, health: Arc<Health>) -> Result<()> {
+    let recorder = m::install().context("installing the metrics recorder")?;
+    m::register(args.model.as_str());
+    let (live, ready) = (health.clone(), health);
+    let checks = Checks {
+        live: Arc::new(move || health::liveness(live.facts())),
+        ready: Arc::new(move || health::readiness(ready.facts(), now_ms())),
+    };
+    let bound = endpoints::serve(args.metrics_addr, recorder, checks)
+        .await
+        .with_context(|| format!("serving metrics on {}", args.metrics_addr))?;
+    tracing::info!(%bound, "serving /metrics, /healthz, /ready");
+    Ok(())
+}
+
+fn open_gpu_memory() -> Option<GpuMemory> {
+    GpuMemory::open().map_err(|e| tracing::warn!(error = %e, "no NVML: GPU memory gauges are off")).ok()
+}
+
+/// The group's lag is read every this many status ticks (one per second):
+/// it asks the broker about every partition of the topic.
+const LAG_EVERY_TICKS: u64 = 5;
+
+struct StatusReport {
+    source: Arc<Source>,
+    publisher: BacklogPublisher,
+    health: Arc<Health>,
+    gpu: Option<GpuMemory>,
+    ready_gauge: metrics::Gauge,
+}
+
+/// Every second: this worker's backlog into Redis (producer admission),
+/// which doubles as the broker and Redis health check; every few seconds
+/// the group's lag and the GPU's memory into the metrics.
+async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
+    let StatusReport { source, mut publisher, health, gpu, ready_gauge } = report;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    for count in 0u64.. {
         tokio::select! {
             _ = &mut stop => break,
             _ = tick.tick() => {}
         }
         let probe = source.clone();
-        match tokio::task::spawn_blocking(move || probe.backlog(Duration::from_secs(1))).await {
-            Ok(Ok(backlog)) => {
-                if let Err(e) = publisher.publish(backlog, now_ms()).await {
-                    tracing::debug!(error = %e, "backlog not published");
+        let with_lag = count % LAG_EVERY_TICKS == 0;
+        let measured = tokio::task::spawn_blocking(move || {
+            let backlog = probe.backlog(Duration::from_secs(1));
+            let lag = with_lag.then(|| probe.lag(Duration::from_secs(2)));
+            (backlog, lag)
+        })
+        .await;
+        match measured {
+            Ok((backlog, lag)) => {
+                match backlog {
+                    Ok(backlog) => {
+                        health.broker_answered(now_ms());
+                        match publisher.publish(backlog, now_ms()).await {
+                            Ok(()) => health.redis_answered(now_ms()),
+                            Err(e) => tracing::debug!(error = %e, "backlog not published"),
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "backlog not measured"),
+                }
+                match lag {
+                    Some(Ok(lag)) => fleet_ops::probe::publish(&lag),
+                    Some(Err(e)) => tracing::debug!(error = %e, "lag not measured"),
+                    None => {}
                 }
             }
-            Ok(Err(e)) => tracing::debug!(error = %e, "backlog not measured"),
-            Err(e) => tracing::warn!(error = %e, "backlog probe panicked"),
+            Err(e) => tracing::warn!(error = %e, "status probe panicked"),
         }
+        if let Some(gpu) = gpu.as_ref().filter(|_| with_lag) {
+            if let Err(e) = gpu.publish() {
+                tracing::debug!(error = %e, "GPU memory not read");
+            }
+        }
+        ready_gauge.set(if health::readiness(health.facts(), now_ms()).is_ok() { 1.0 } else { 0.0 });
     }
+    ready_gauge.set(0.0);
     let _ = publisher.withdraw().await;
 }
 
@@ -484,6 +551,17 @@ async fn sleep_or_forever(wait: Option<Duration>) {
 struct EngineHandle {
     thread: std::thread::JoinHandle<()>,
     ready: oneshot::Receiver<Result<()>>,
+    device: tch::Device,
+}
+
+/// Marks the engine stopped however its thread ends (a panic included), so
+/// liveness fails instead of a worker that reads and never answers.
+struct EngineStopped(Arc<Health>);
+
+impl Drop for EngineStopped {
+    fn drop(&mut self) {
+        self.0.set_engine_stopped();
+    }
 }
 
 fn spawn_engine(
@@ -492,6 +570,7 @@ fn spawn_engine(
     mut batches: mpsc::Receiver<Batch<Job>>,
     sink: mpsc::Sender<SinkItem>,
     timings: mpsc::UnboundedSender<BatchTiming>,
+    health: Arc<Health>,
 ) -> Result<EngineHandle> {
     let device = choose_device(args.device)?;
     let threads = args.intra_op_threads() as i32;
@@ -500,6 +579,7 @@ fn spawn_engine(
     let (model, number) = (version.name.clone(), version.version);
     let (ready_tx, ready) = oneshot::channel();
     let thread = std::thread::Builder::new().name("engine".into()).spawn(move || {
+        let _stopped = EngineStopped(health);
         tch::set_num_threads(threads);
         tch::set_num_interop_threads(1);
         let engine = match Model::load(&loaded, device).and_then(|m| m.warm_up(max_batch_size).map(|()| m)) {
@@ -520,7 +600,7 @@ fn spawn_engine(
             }
         }
     })?;
-    Ok(EngineHandle { thread, ready })
+    Ok(EngineHandle { thread, ready, device })
 }
 
 /// Runs one batch and answers each of its requests; returns the answers and

@@ -51,8 +51,9 @@ pub struct ResultSink {
 }
 
 impl ResultSink {
-    pub async fn connect(url: &str, result_ttl_s: u64, feature_ttl_s: u64) -> Result<Self, SinkError> {
-        let client = redis::Client::open(url)?;
+    /// `client` carries the URL, credentials and TLS settings
+    /// (fleet_connect::redis::RedisConfig::client).
+    pub async fn connect(client: redis::Client, result_ttl_s: u64, feature_ttl_s: u64) -> Result<Self, SinkError> {
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)));
@@ -92,8 +93,11 @@ pub struct BacklogPublisher {
 }
 
 impl BacklogPublisher {
-    pub async fn connect(url: &str, model: &fleet_proto::ModelName, worker_id: String) -> Result<Self, SinkError> {
-        let client = redis::Client::open(url)?;
+    pub async fn connect(
+        client: redis::Client,
+        model: &fleet_proto::ModelName,
+        worker_id: String,
+    ) -> Result<Self, SinkError> {
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(2)));

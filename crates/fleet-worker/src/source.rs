@@ -60,6 +60,7 @@ impl ConsumerContext for SourceContext {
 
 pub struct Source {
     consumer: Arc<StreamConsumer<SourceContext>>,
+    group: String,
     topic: String,
     model: String,
     tracker: SharedTracker,
@@ -109,7 +110,13 @@ impl Source {
             .set("queued.max.messages.kbytes", prefetch_kbytes.to_string())
             .create_with_context(SourceContext { tracker: tracker.clone(), model: model.to_owned() })?;
         consumer.subscribe(&[topic])?;
-        Ok(Self { consumer: Arc::new(consumer), topic: topic.to_owned(), model: model.to_owned(), tracker })
+        Ok(Self {
+            consumer: Arc::new(consumer),
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            model: model.to_owned(),
+            tracker,
+        })
     }
 
     /// The next message, already tracked as in flight.
@@ -182,6 +189,13 @@ impl Source {
             unread += (high - start.unwrap_or(low)).max(0);
         }
         Ok(unread as u64 + self.in_flight() as u64)
+    }
+
+    /// The group's lag on every partition of the topic, not only this
+    /// worker's: committed offsets are asked for by group. Blocks on the
+    /// broker: run it off the async runtime.
+    pub fn lag(&self, timeout: Duration) -> Result<fleet_ops::lag::TopicLag, KafkaError> {
+        fleet_ops::probe::measure(self.consumer.as_ref(), &self.group, &self.topic, timeout)
     }
 }
 

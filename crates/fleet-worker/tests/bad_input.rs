@@ -47,7 +47,7 @@ fn set(headers: &mut Vec<(String, String)>, name: &str, value: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis) = (Broker::start(), Redis::start());
     let model = ModelName::parse("minilm").unwrap();
     broker.create_topics(&model, 2).await;
@@ -151,7 +151,7 @@ fn overlong_positions_repo() -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_the_model_cannot_run_is_retried_alone_then_answered_model_failed() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis) = (Broker::start(), Redis::start());
     let model = ModelName::parse("minilm").unwrap();
     broker.create_topics(&model, 1).await;

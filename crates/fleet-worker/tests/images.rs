@@ -67,7 +67,7 @@ fn the_model_gives_pythons_probabilities_on_the_same_pixels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn photos_are_classified_and_bad_images_answered_with_their_code() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis) = (Broker::start(), Redis::start());
     let model = ModelName::parse("efficientnet_lite0").unwrap();
     broker.create_topics(&model, 2).await;
@@ -134,7 +134,7 @@ async fn photos_are_classified_and_bad_images_answered_with_their_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_near_the_size_limit_travels_and_one_over_it_is_refused_by_the_producer() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis) = (Broker::start(), Redis::start());
     let model = ModelName::parse("efficientnet_lite0").unwrap();
     broker.create_topics(&model, 1).await;
@@ -174,7 +174,7 @@ async fn an_image_near_the_size_limit_travels_and_one_over_it_is_refused_by_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vision_and_text_answer_one_request_in_parallel() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis) = (Broker::start(), Redis::start());
     let (vision, text) = (ModelName::parse("efficientnet_lite0").unwrap(), ModelName::parse("minilm").unwrap());
     broker.create_topics(&vision, 1).await;

@@ -24,7 +24,7 @@ fn texts(n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_ten_times_the_limit_stays_within_the_limit() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 4).await;
     let limit = 16;
@@ -79,7 +79,7 @@ async fn a_backlog_ten_times_the_limit_stays_within_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_already_past_are_never_computed() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 2).await;
     let worker = Worker::start("minilm", &broker, &redis, &[]);
@@ -94,7 +94,7 @@ async fn deadlines_already_past_are_never_computed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_producer_refuses_with_overloaded_while_the_backlog_is_above_its_limit() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 2).await;
     let ids = send_texts(&broker, &model, "queued", &texts(600), None).await;
@@ -133,7 +133,7 @@ async fn the_producer_refuses_with_overloaded_while_the_backlog_is_above_its_lim
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_batch_loses_nothing_after_restart() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 4).await;
     let ids = send_texts(&broker, &model, "kill", &texts(600), None).await;
@@ -152,7 +152,7 @@ async fn a_worker_killed_mid_batch_loses_nothing_after_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_one_of_two_workers_stops_mid_stream_the_other_closes_the_ledger() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 8).await;
     let one = ["--intra-op-threads", "1"];

@@ -43,7 +43,7 @@ async fn keys_matching(redis: &Redis, pattern: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_input_is_computed_once_and_a_version_bump_uses_new_keys() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 2).await;
     let text = vec!["The cache should answer this sentence the second time.".to_owned()];
@@ -94,7 +94,7 @@ async fn a_repeated_input_is_computed_once_and_a_version_bump_uses_new_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_returns_when_the_last_part_lands_and_times_out_cleanly() {
-    let _serial = serial();
+    let _serial = serial().await;
     let redis = Redis::start();
     let results = ResultClient::connect(&redis.url()).await.unwrap();
     let models = [ModelName::parse("effnet").unwrap(), minilm()];
@@ -181,19 +181,19 @@ async fn outage(kill_during_outage: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_second_redis_outage_loses_nothing() {
-    let _serial = serial();
+    let _serial = serial().await;
     outage(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_during_a_redis_outage_left_no_commit_past_an_unwritten_answer() {
-    let _serial = serial();
+    let _serial = serial().await;
     outage(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_runs_as_an_acl_user_confined_to_its_key_prefix() {
-    let _serial = serial();
+    let _serial = serial().await;
     // The ACL line docs/operations.md recommends; the default user is off.
     let redis = Redis::start_with_config("user default off\nuser fleet on >s3cret ~fleet:* +@all -@dangerous");
     let (broker, model) = (Broker::start(), minilm());

@@ -35,7 +35,7 @@ fn load_reference() -> Vec<ReferenceItem> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_gets_exactly_one_ok_answer_that_matches_python() {
-    let _serial = serial();
+    let _serial = serial().await;
     let reference = load_reference();
     assert!(reference.len() >= 200, "the reference set has only {} sentences", reference.len());
     let (broker, redis) = (Broker::start(), Redis::start());

@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use fleet_connect::redis::RedisConfig;
 use fleet_producer::kafka_config::parse_property;
 use fleet_producer::summary::summarise;
 use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
@@ -31,6 +32,17 @@ struct KafkaArgs {
     /// Extra librdkafka property, key=value (repeatable).
     #[arg(long = "kafka-property", value_parser = parse_property, global = true)]
     kafka_properties: Vec<(String, String)>,
+    /// A file of librdkafka properties (key=value lines), e.g. SASL/TLS
+    /// settings mounted from a Secret; --kafka-property entries override it.
+    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE", global = true)]
+    kafka_properties_file: Option<PathBuf>,
+}
+
+impl KafkaArgs {
+    fn config(self) -> Result<KafkaConfig> {
+        let extra = fleet_connect::kafka::properties(self.kafka_properties_file.as_deref(), &self.kafka_properties)?;
+        Ok(KafkaConfig { brokers: self.brokers, extra })
+    }
 }
 
 #[derive(Subcommand)]
@@ -71,8 +83,8 @@ struct ImageArgs {
     json: bool,
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
-    #[arg(long, env = "FLEET_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
-    redis: String,
+    #[command(flatten)]
+    redis: RedisConfig,
     #[arg(long, default_value = "fleet-produce")]
     source: String,
 }
@@ -99,8 +111,8 @@ struct SendArgs {
     /// How long to wait for each request's answer.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
-    #[arg(long, env = "FLEET_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
-    redis: String,
+    #[command(flatten)]
+    redis: RedisConfig,
     /// Print a human summary (counts, throughput, latency, neighbours) instead of answer lines.
     #[arg(long, requires = "wait")]
     summary: bool,
@@ -133,7 +145,7 @@ async fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .init();
     let cli = Cli::parse();
-    let kafka = KafkaConfig { brokers: cli.kafka.brokers, extra: cli.kafka.kafka_properties };
+    let kafka = cli.kafka.config()?;
     match cli.command {
         Command::Topics(args) => {
             let settings = TopicSettings {
@@ -184,7 +196,7 @@ async fn send_images(kafka: &KafkaConfig, args: ImageArgs) -> Result<()> {
     if !args.wait {
         return Ok(());
     }
-    let results = ResultClient::connect(&args.redis).await?;
+    let results = ResultClient::connect_client(args.redis.client()?).await?;
     for (id, path) in &sent {
         let answers = results.wait(id, &models, args.timeout).await?;
         if args.json {
@@ -249,7 +261,7 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
 
     let mut producer = FleetProducer::new(kafka, &args.source)?;
     if let Some(limit) = args.max_backlog {
-        producer = producer.with_admission(BacklogGuard::connect(&args.redis, limit).await?);
+        producer = producer.with_admission(BacklogGuard::connect_client(args.redis.client()?, limit).await?);
     }
     let started = Instant::now();
     let mut pending = Vec::with_capacity(requests.len());
@@ -277,7 +289,7 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
         return exit_for(overloaded);
     }
 
-    let results = ResultClient::connect(&args.redis).await?;
+    let results = ResultClient::connect_client(args.redis.client()?).await?;
     let models = [args.model.clone()];
     let mut answered = Vec::with_capacity(requests.len());
     let mut failures = 0usize;

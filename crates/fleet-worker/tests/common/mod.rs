@@ -1,129 +1,14 @@
-//! Real servers for integration tests: a nisshi broker and a redis-server on
-//! free ports, and the real `fleet-worker` binary on the real model. Each is
-//! stopped when its handle drops.
+//! The real `fleet-worker` binary on the real model, beside the broker and
+//! Redis of `fleet_testkit`. Each is stopped when its handle drops.
 
 #![allow(dead_code)]
 
-use fleet_producer::topics::{ensure_topics, TopicSettings};
-use fleet_producer::KafkaConfig;
 use fleet_proto::ModelName;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+pub use fleet_testkit::{free_port, http_get, log_file, metric_value, Broker, Redis};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
-}
-
-fn wait_for_port(port: u16, what: &str, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited with {status} before listening on {port}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{what} did not listen on {port} within 20 s");
-}
-
-fn log_file(name: &str) -> std::fs::File {
-    let dir = std::env::temp_dir().join("fleet-test-logs");
-    std::fs::create_dir_all(&dir).expect("log dir");
-    std::fs::File::create(dir.join(format!("{name}-{}.log", std::process::id()))).expect("log file")
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub struct Broker {
-    _process: Killed,
-    pub addr: String,
-}
-
-impl Broker {
-    pub fn start() -> Self {
-        let bin = std::env::var("FLEET_NISSHI_BIN").unwrap_or_else(|_| "nisshi".into());
-        let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let mut child = Command::new(&bin)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-            .args(["--storage-engine", "memory://nisshi/"])
-            .stdout(Stdio::null())
-            .stderr(log_file(&format!("nisshi-{port}")))
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {bin} (run make setup): {e}"));
-        wait_for_port(port, "nisshi", &mut child);
-        Self { _process: Killed(child), addr: format!("127.0.0.1:{port}") }
-    }
-
-    pub fn kafka(&self) -> KafkaConfig {
-        KafkaConfig::new(self.addr.clone())
-    }
-
-    pub async fn create_topics(&self, model: &ModelName, partitions: i32) {
-        let settings = TopicSettings { partitions, ..TopicSettings::default() };
-        ensure_topics(&self.kafka(), model, settings).await.expect("creating topics");
-    }
-}
-
-pub struct Redis {
-    _process: Killed,
-    pub port: u16,
-}
-
-impl Redis {
-    pub fn start() -> Self {
-        Self::start_with_config("")
-    }
-
-    /// With extra redis.conf lines (ACL users, for instance).
-    pub fn start_with_config(extra: &str) -> Self {
-        let port = free_port();
-        let conf = std::env::temp_dir().join(format!("fleet-redis-{port}.conf"));
-        let body = format!("port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\n{extra}\n");
-        std::fs::write(&conf, body).expect("redis.conf");
-        let mut child = Command::new("redis-server")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("starting redis-server (run make setup)");
-        wait_for_port(port, "redis-server", &mut child);
-        Self { _process: Killed(child), port }
-    }
-
-    /// SIGSTOP / SIGCONT: Redis keeps its connections and data but stops
-    /// answering, the hard kind of outage (timeouts, not refusals).
-    pub fn freeze(&self) {
-        signal(self._process.0.id(), "-STOP");
-    }
-
-    pub fn thaw(&self) {
-        signal(self._process.0.id(), "-CONT");
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.expect("redis connection")
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill");
-    assert!(status.success(), "kill {sig} {pid}");
-}
 
 pub fn model_repo() -> PathBuf {
     std::env::var_os("FLEET_MODEL_REPO")
@@ -138,11 +23,20 @@ pub struct Worker {
 
 impl Worker {
     pub fn start(model: &str, broker: &Broker, redis: &Redis, extra: &[&str]) -> Self {
+        let url = redis.url();
+        let mut args = extra.to_vec();
+        if !extra.contains(&"--redis") {
+            args.extend(["--redis", url.as_str()]);
+        }
+        Self::start_with_redis_args(model, broker, &args)
+    }
+
+    /// `extra` names the Redis to use (`--redis` and any TLS settings).
+    pub fn start_with_redis_args(model: &str, broker: &Broker, extra: &[&str]) -> Self {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_fleet-worker"))
             .args(["--model", model, "--brokers", &broker.addr])
-            // Defaults, unless the test gives its own.
-            .args(if extra.contains(&"--redis") { vec![] } else { vec!["--redis".to_owned(), redis.url()] })
+            // The shipped models, unless the test gives its own repository.
             .args(if extra.contains(&"--model-repo") { vec![] } else { vec!["--model-repo".into(), model_repo()] })
             .args(["--metrics-addr", &metrics.to_string()])
             .args(extra)
@@ -154,17 +48,15 @@ impl Worker {
         Self { process: Some(child), metrics }
     }
 
-    /// The worker's /metrics text.
+    /// The worker's /metrics text (empty while it is not listening yet).
     pub async fn scrape(&self) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = match tokio::net::TcpStream::connect(self.metrics).await {
-            Ok(stream) => stream,
-            Err(_) => return String::new(), // not listening yet
-        };
-        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.unwrap();
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.unwrap();
-        body
+        self.get("/metrics").await.map(|(_, body)| body).unwrap_or_default()
+    }
+
+    /// GET on the worker's HTTP port: (status, body).
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let (addr, path) = (self.metrics, path.to_owned());
+        tokio::task::spawn_blocking(move || http_get(addr, &path)).await.expect("http get task")
     }
 
     pub fn pid(&self) -> u32 {
@@ -225,21 +117,12 @@ impl Drop for Worker {
     }
 }
 
-/// Sums the samples of a counter whose label set contains every `labels` pair.
-pub fn metric_value(scrape: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    scrape
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Integration tests each run a worker; two at once would fight over the two
-/// cores and slow both. They take this lock.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+/// cores and slow both. They take this lock (an async one: it is held
+/// across the test's awaits, and a failed test must not poison it).
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }
 
 /// Polls until the group's committed offset of every partition of `topic`

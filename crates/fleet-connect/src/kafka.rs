@@ -1,0 +1,65 @@
+//! librdkafka client settings: bootstrap servers, then the properties of a
+//! file (`key=value` lines, see `fleet_proto::client_properties`), then
+//! properties given one by one, each overriding what came before.
+
+use rdkafka::ClientConfig;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaConfigError {
+    #[error("reading the Kafka properties file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the Kafka properties file {path}, {source}")]
+    Parse { path: PathBuf, source: fleet_proto::client_properties::PropertiesError },
+}
+
+/// The properties of `file` (if any) followed by `overrides`.
+pub fn properties(
+    file: Option<&Path>,
+    overrides: &[(String, String)],
+) -> Result<Vec<(String, String)>, KafkaConfigError> {
+    let mut properties = Vec::new();
+    if let Some(path) = file {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| KafkaConfigError::Read { path: path.to_owned(), source })?;
+        properties = fleet_proto::client_properties::parse(&text)
+            .map_err(|source| KafkaConfigError::Parse { path: path.to_owned(), source })?;
+    }
+    properties.extend(overrides.iter().cloned());
+    Ok(properties)
+}
+
+/// A librdkafka config for `brokers` with the file's and the overriding
+/// properties applied.
+pub fn client_config(
+    brokers: &str,
+    file: Option<&Path>,
+    overrides: &[(String, String)],
+) -> Result<ClientConfig, KafkaConfigError> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    for (key, value) in properties(file, overrides)? {
+        config.set(key, value);
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_win_over_the_file_and_errors_name_the_file_not_the_value() {
+        let path = std::env::temp_dir().join(format!("fleet-kafka-{}.properties", std::process::id()));
+        std::fs::write(&path, "# secrets\nsecurity.protocol=SASL_SSL\nsasl.password=hunter2\n").unwrap();
+        let config = client_config("b:9092", Some(&path), &[("security.protocol".into(), "SSL".into())]).unwrap();
+        assert_eq!(config.get("security.protocol"), Some("SSL"));
+        assert_eq!(config.get("sasl.password"), Some("hunter2"));
+        assert_eq!(config.get("bootstrap.servers"), Some("b:9092"));
+
+        std::fs::write(&path, "sasl.password hunter2\n").unwrap();
+        let err = client_config("b:9092", Some(&path), &[]).unwrap_err().to_string();
+        assert!(err.contains("line 1") && !err.contains("hunter2"), "{err}");
+        let _ = std::fs::remove_file(&path);
+    }
+}

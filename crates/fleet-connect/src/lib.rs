@@ -1,0 +1,12 @@
+//! How every fleet binary (worker, producer CLI, lag exporter, benches)
+//! connects to Kafka and Redis, so each takes the same settings the same
+//! way and none of them prints a secret:
+//!
+//! - [`kafka`]: brokers, a librdkafka properties file (for what must not be
+//!   on a command line, e.g. `sasl.password`), then `--kafka-property`
+//!   overrides;
+//! - [`redis`]: a `redis://` or `rediss://` URL (ACL user and password may
+//!   be in it), a private CA for TLS, a client certificate for mutual TLS.
+
+pub mod kafka;
+pub mod redis;

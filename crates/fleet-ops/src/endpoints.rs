@@ -1,0 +1,63 @@
+//! One HTTP port for what Kubernetes and Prometheus ask a process:
+//! `/metrics` (Prometheus text), `/healthz` (liveness: restart me if this
+//! fails) and `/ready` (readiness: send me work only if this passes). The
+//! checks are the caller's; this module only serves them.
+
+use axum::http::{header, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A health check: `Err` carries why, shown to whoever asks.
+pub type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+pub struct Checks {
+    pub live: Check,
+    pub ready: Check,
+}
+
+/// How often histogram and idle-series housekeeping runs (the exporter's
+/// own listener would do this; a custom server has to).
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Binds `addr` now (so a taken port fails the start, not a later scrape)
+/// and serves in the background. Returns the bound address.
+pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, checks: Checks) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let upkeep = metrics.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_EVERY);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    let Checks { live, ready } = checks;
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let body = metrics.render();
+                async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body) }
+            }),
+        )
+        .route("/healthz", get(move || answer(live.clone())))
+        .route("/ready", get(move || answer(ready.clone())));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the metrics/health server stopped");
+        }
+    });
+    Ok(bound)
+}
+
+async fn answer(check: Check) -> (StatusCode, String) {
+    match check() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+    }
+}

@@ -1,0 +1,139 @@
+//! What operators and autoscalers read from a real worker: /healthz,
+//! /ready (and what makes it fail), every metric the contract names, the
+//! group's lag, and that the dashboard and alert rules query only metrics
+//! a worker really exports.
+
+mod common;
+
+use common::{ledger, metric_value, send_texts, sentences, serial, Broker, Redis, Worker};
+use fleet_proto::ModelName;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Every metric ../shared/DESIGN.md names that a CPU worker exports.
+const CONTRACT: &[&str] = &[
+    "fleet_requests_total",
+    "fleet_ttl_dropped_total",
+    "fleet_queue_depth",
+    "fleet_batch_size",
+    "fleet_batch_tokens",
+    "fleet_padding_efficiency",
+    "fleet_queue_wait_seconds",
+    "fleet_inference_seconds",
+    "fleet_e2e_seconds",
+    "fleet_image_decode_bytes_in_use",
+    "fleet_dlq_total",
+    "kafka_consumergroup_lag",
+];
+
+/// Only on CUDA: absent on CPU, not zero.
+const GPU_ONLY: &[&str] = &["nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"];
+
+/// Metric names in a Prometheus text scrape (histogram series folded into
+/// their base name).
+fn exported_names(scrape: &str) -> BTreeSet<String> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(|name| {
+            ["_bucket", "_sum", "_count"].iter().find_map(|suffix| name.strip_suffix(suffix)).unwrap_or(name).to_owned()
+        })
+        .collect()
+}
+
+async fn wait_for_status(worker: &Worker, path: &str, want: u16, timeout: Duration) -> (u16, String) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = worker.get(path).await.unwrap_or((0, String::new()));
+        if got.0 == want || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The metric names deploy/ queries (dashboard panels and alert rules), as
+/// `deploy/tests/dashboard_metrics.py` extracts them from the PromQL.
+fn names_deploy_queries() -> BTreeSet<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = std::process::Command::new("python3")
+        .arg(root.join("deploy/tests/dashboard_metrics.py"))
+        .current_dir(&root)
+        .output()
+        .expect("running deploy/tests/dashboard_metrics.py");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serves_health_readiness_and_every_contract_metric() {
+    let _serial = serial().await;
+    let (broker, redis) = (Broker::start(), Redis::start());
+    let model = ModelName::parse("minilm").unwrap();
+    broker.create_topics(&model, 8).await;
+    let worker = Worker::start("minilm", &broker, &redis, &[]);
+
+    let (status, body) = wait_for_status(&worker, "/healthz", 200, Duration::from_secs(60)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = wait_for_status(&worker, "/ready", 200, Duration::from_secs(60)).await;
+    assert_eq!(status, 200, "not ready: {body}");
+
+    let ids = send_texts(&broker, &model, "ep", &sentences()[..40], None).await;
+    let counts = ledger(&redis, &model, &ids, Duration::from_secs(60)).await;
+    assert_eq!(counts.get("ok"), Some(&40), "{counts:?}");
+
+    // Lag: the worker reports every partition of its topic; once it has
+    // committed past its answers, the sum falls to zero.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scrape = loop {
+        let scrape = worker.scrape().await;
+        let partitions = scrape.lines().filter(|l| l.starts_with("kafka_consumergroup_lag{")).count();
+        let sum = metric_value(&scrape, "kafka_consumergroup_lag_sum", &[("group", "fleet.minilm")]);
+        // The counter moves just after the answer is written; wait for both.
+        let ok = metric_value(&scrape, "fleet_requests_total", &[("model", "minilm"), ("status", "ok")]);
+        if (partitions == 8 && sum == 0.0 && ok == 40.0) || Instant::now() > deadline {
+            assert_eq!(partitions, 8, "one lag series per partition:\n{scrape}");
+            assert_eq!(sum, 0.0, "lag after every answer is committed");
+            break scrape;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    let exported = exported_names(&scrape);
+    for name in CONTRACT {
+        assert!(exported.contains(*name), "{name} missing from the scrape:\n{scrape}");
+    }
+    for name in GPU_ONLY {
+        assert!(!exported.contains(*name), "{name} exported by a CPU worker");
+    }
+    assert_eq!(metric_value(&scrape, "fleet_requests_total", &[("model", "minilm"), ("status", "ok")]), 40.0);
+    assert_eq!(metric_value(&scrape, "fleet_worker_ready", &[("model", "minilm")]), 1.0);
+
+    // The dashboard and the alert rules ask only for what exists (GPU
+    // series exist on CUDA workers; `up` is Prometheus' own).
+    let unknown: Vec<String> = names_deploy_queries()
+        .into_iter()
+        .filter(|name| !exported.contains(name) && !GPU_ONLY.contains(&name.as_str()) && name != "up")
+        .collect();
+    assert!(unknown.is_empty(), "deploy/ queries metrics no worker exports: {unknown:?}");
+
+    // Redis stops answering: the worker says it is not ready, and why; it
+    // comes back by itself.
+    redis.freeze();
+    let (status, body) = wait_for_status(&worker, "/ready", 503, Duration::from_secs(30)).await;
+    redis.thaw();
+    assert_eq!(status, 503, "still ready with Redis frozen");
+    assert!(body.contains("redis"), "{body}");
+    let (status, _) = wait_for_status(&worker, "/healthz", 200, Duration::from_secs(5)).await;
+    assert_eq!(status, 200, "a Redis outage is no reason to restart the worker");
+    let (status, body) = wait_for_status(&worker, "/ready", 200, Duration::from_secs(30)).await;
+    assert_eq!(status, 200, "not ready again after Redis returned: {body}");
+}

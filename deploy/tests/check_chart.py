@@ -1,0 +1,710 @@
+#!/usr/bin/env python3
+"""Offline checks of the Helm chart (helm/fleet), run by scripts/test-deploy.sh.
+
+Renders the chart with `helm template` in several scenarios and checks:
+
+* every rendered object against the Kubernetes OpenAPI schemas of
+  kubernetes-validate (strict: unknown fields fail) for one Kubernetes
+  version; the custom resources it has no schema for (ServiceMonitor,
+  PrometheusRule, ScaledObject, TriggerAuthentication) are checked
+  structurally here instead (required fields and their types);
+* what autoscaling must look like: the HPA scales on the external metric
+  kafka_lag (AverageValue 100) and CPU 70 %, scales down after a 300 s
+  window, and never past the topic's partitions; in KEDA mode no HPA is
+  rendered and each ScaledObject reads the model's topic and group with
+  lagThreshold 100;
+* that asking for more replicas than partitions (and other bad values)
+  makes `helm template` fail;
+* that no secret value reaches anything but a Secret (NOTES.txt included);
+* Redis TLS (redis.tls): every worker Deployment, and nothing else, mounts
+  the TLS Secret read-only and names its files in FLEET_REDIS_CA_FILE (and
+  FLEET_REDIS_CLIENT_CERT/KEY for mutual TLS); nothing of it when disabled;
+* workers, fleet-lag, the topic job, probes, security settings, and that the
+  PrometheusRule, adapter rule and dashboard ConfigMap carry the repository's
+  own files.
+
+Prints one line per check; exits 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm/fleet"
+RELEASE = "fleet"
+NAMESPACE = "fleet"
+
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("keda.sh/v1alpha1", "ScaledObject"),
+    ("keda.sh/v1alpha1", "TriggerAuthentication"),
+}
+
+# Values that must only ever appear inside Secrets.
+SENTINELS = {
+    "kafka.sasl.password": "sasl-pw-Zq8XrT1",
+    "kafka.tls.key": "-----BEGIN PRIVATE KEY-----\nKEY-Zq8XrT2\n-----END PRIVATE KEY-----",
+    "redis.password": "redis-pw-Zq8XrT3",
+}
+
+RESULTS: list[tuple[bool, str]] = []
+
+
+def check(name):
+    def wrap(fn):
+        def run(*args, **kwargs):
+            try:
+                detail = fn(*args, **kwargs)
+                RESULTS.append((True, name))
+                print(f"  ok    {name}" + (f" ({detail})" if detail else ""))
+            except Exception as error:  # noqa: BLE001 - report every failure, keep going
+                RESULTS.append((False, name))
+                print(f"  FAIL  {name}: {error}")
+                if not isinstance(error, AssertionError):
+                    traceback.print_exc()
+        return run
+    return wrap
+
+
+class Helm:
+    def __init__(self, binary: str, chart: Path):
+        self.binary = binary
+        self.chart = chart
+
+    def template(self, values: dict | None = None, files: list[Path] = (), expect_failure=False):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+            yaml.safe_dump(values or {}, handle)
+            extra = handle.name
+        cmd = [self.binary, "template", RELEASE, str(self.chart), "--namespace", NAMESPACE]
+        for f in files:
+            cmd += ["-f", str(f)]
+        cmd += ["-f", extra]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        Path(extra).unlink()
+        stderr = "\n".join(l for l in proc.stderr.splitlines() if "found symbolic link" not in l)
+        if expect_failure:
+            return proc.returncode, stderr
+        if proc.returncode != 0:
+            raise AssertionError(f"helm template failed: {stderr.strip()}")
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+        return proc.stdout, docs
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def one(docs, kind, name):
+    found = [d for d in docs if d.get("kind") == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def chart_values():
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def resolved_models(values):
+    """(name, partitions, max) per model, as the chart resolves them."""
+    defaults = values["modelDefaults"]
+    out = []
+    for model in values["models"]:
+        partitions = int(model.get("partitions", defaults["partitions"]))
+        replicas = {**defaults.get("replicas", {}), **model.get("replicas", {})}
+        maximum = replicas.get("max")
+        maximum = partitions if maximum in (None, "") else int(maximum)
+        out.append((model["name"], partitions, maximum))
+    return out
+
+
+def dns(name):
+    return name.replace("_", "-")
+
+
+def worker_name(model):
+    return f"{RELEASE}-worker-{dns(model)}"
+
+
+def env_of(container):
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+# --------------------------------------------------------------- schemas
+
+def validate_builtin(doc, version):
+    import kubernetes_validate  # noqa: WPS433 - only in the ops venv
+
+    kubernetes_validate.validate(doc, version, strict=True)
+
+
+def require(obj, path, kind):
+    cur = obj
+    for part in path.split("."):
+        assert isinstance(cur, dict) and part in cur, f"missing {path}"
+        cur = cur[part]
+    assert isinstance(cur, kind), f"{path} should be {kind.__name__}, is {type(cur).__name__}"
+    return cur
+
+
+def validate_crd(doc):
+    kind = doc["kind"]
+    require(doc, "metadata.name", str)
+    spec = require(doc, "spec", dict)
+    if kind == "ServiceMonitor":
+        require(spec, "selector.matchLabels", dict)
+        for endpoint in require(spec, "endpoints", list):
+            assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "relabelings", "metricRelabelings", "scheme", "honorLabels"}, endpoint
+            assert isinstance(endpoint.get("port"), str)
+            for relabel in endpoint.get("relabelings", []):
+                assert set(relabel) <= {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}, relabel
+    elif kind == "PrometheusRule":
+        for group in require(spec, "groups", list):
+            assert isinstance(group.get("name"), str)
+            for rule in group["rules"]:
+                assert ("alert" in rule) != ("record" in rule) and isinstance(rule["expr"], str), rule
+                assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations", "keep_firing_for"}, rule
+    elif kind == "ScaledObject":
+        target = require(spec, "scaleTargetRef", dict)
+        assert isinstance(target.get("name"), str)
+        assert set(spec) <= {"scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod",
+                             "idleReplicaCount", "minReplicaCount", "maxReplicaCount", "advanced", "triggers",
+                             "fallback"}, sorted(spec)
+        for key in ("pollingInterval", "cooldownPeriod", "minReplicaCount", "maxReplicaCount"):
+            assert isinstance(spec.get(key), int), key
+        behavior = spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior")
+        if behavior is not None:
+            # The same shape as an HPA's behavior: check it with the HPA schema.
+            probe = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                     "metadata": {"name": "probe"},
+                     "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "maxReplicas": 1,
+                              "behavior": behavior}}
+            validate_builtin(probe, ARGS.kubernetes_version)
+        for trigger in require(spec, "triggers", list):
+            assert isinstance(trigger.get("type"), str)
+            metadata = require(trigger, "metadata", dict)
+            assert all(isinstance(v, str) for v in metadata.values()), f"trigger metadata values must be strings: {metadata}"
+            if "authenticationRef" in trigger:
+                require(trigger, "authenticationRef.name", str)
+    elif kind == "TriggerAuthentication":
+        for ref in require(spec, "secretTargetRef", list):
+            assert set(ref) == {"parameter", "name", "key"}, ref
+            assert all(isinstance(v, str) and v for v in ref.values()), ref
+
+
+def validate_all(docs, label):
+    builtin = crds = 0
+    for doc in docs:
+        key = (doc.get("apiVersion"), doc.get("kind"))
+        if key in CRD_KINDS:
+            try:
+                validate_crd(doc)
+            except AssertionError as error:
+                raise AssertionError(f"{label}: {key[1]} {doc['metadata']['name']}: {error}") from None
+            crds += 1
+        else:
+            try:
+                validate_builtin(doc, ARGS.kubernetes_version)
+            except Exception as error:  # kubernetes_validate's own error types
+                message = getattr(error, "message", str(error))
+                path = ".".join(str(p) for p in getattr(error, "path", []))
+                raise AssertionError(f"{label}: {key[1]} {doc['metadata']['name']}: {path}: {message}") from None
+            builtin += 1
+    return f"{builtin} objects against Kubernetes {ARGS.kubernetes_version}, {crds} custom resources structurally"
+
+
+# --------------------------------------------------------------- checks
+
+@check("default values: workers, services, PDBs, fleet-lag, topic job")
+def check_workloads(docs, values):
+    models = resolved_models(values)
+    drain = int(values["modelDefaults"]["drainTimeoutSeconds"])
+    for name, partitions, _ in models:
+        deployment = one(docs, "Deployment", worker_name(name))
+        pod = deployment["spec"]["template"]["spec"]
+        worker = next(c for c in pod["containers"] if c["name"] == "worker")
+        env = env_of(worker)
+        assert env["FLEET_MODEL"]["value"] == name
+        assert env["FLEET_MODEL_REPO"]["value"] == "/models"
+        assert env["FLEET_METRICS_ADDR"]["value"] == "0.0.0.0:9464"
+        assert env["FLEET_WORKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        assert env["FLEET_DRAIN_TIMEOUT"]["value"] == f"{drain}s"
+        assert int(env["FLEET_INTRA_OP_THREADS"]["value"]) >= 1
+        for var in ("FLEET_BROKERS", "FLEET_REDIS_URL", "FLEET_DEVICE"):
+            assert var in env, var
+        assert pod["terminationGracePeriodSeconds"] > drain, "grace period must exceed the drain"
+        assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert worker["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
+        startup = worker["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "startup probe must allow warm-up"
+        assert worker["ports"][0]["containerPort"] == 9464
+        security = worker["securityContext"]
+        assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        mounts = {m["mountPath"]: m for m in worker["volumeMounts"]}
+        assert mounts["/models"].get("readOnly") is True
+        assert "/tmp" in mounts
+        init = pod["initContainers"][0]
+        assert env_of(init)["FLEET_MODEL"]["value"] == name and "/repo" in init["command"][-1]
+        assert "replicas" not in deployment["spec"], "an autoscaled Deployment must leave replicas to the autoscaler"
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        service = one(docs, "Service", worker_name(name))
+        assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+        pdb = one(docs, "PodDisruptionBudget", worker_name(name))
+        assert pdb["spec"]["maxUnavailable"] == 1
+        assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    lag = one(docs, "Deployment", f"{RELEASE}-lag")
+    container = lag["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(container)
+    assert container["command"] == ["fleet-lag", "serve"], container["command"]
+    assert env["FLEET_LAG_MODELS"]["value"] == ",".join(n for n, _, _ in models)
+    assert env["FLEET_METRICS_ADDR"]["value"] == "0.0.0.0:9466"
+    assert container["ports"][0]["containerPort"] == 9466
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    job = one(docs, "Job", f"{RELEASE}-topics")
+    hooks = job["metadata"]["annotations"]["helm.sh/hook"].split(",")
+    assert sorted(hooks) == ["pre-install", "pre-upgrade"], hooks
+    commands = [c["command"] for c in job["spec"]["template"]["spec"]["containers"]]
+    for name, partitions, _ in models:
+        expected = ["fleet-produce", "--brokers", "$(FLEET_BROKERS)", "topics", "--model", name, "--partitions", str(partitions)]
+        assert any(c[: len(expected)] == expected for c in commands), f"no topics command for {name}: {commands}"
+    return f"{len(models)} models"
+
+
+@check("HPA mode: kafka_lag AverageValue 100, CPU 70 %, scale-down window 300 s, maxReplicas <= partitions")
+def check_hpa(docs, values):
+    assert not by_kind(docs, "ScaledObject"), "no ScaledObject in hpa mode"
+    hpas = by_kind(docs, "HorizontalPodAutoscaler")
+    models = resolved_models(values)
+    assert len(hpas) == len(models)
+    for name, partitions, maximum in models:
+        hpa = one(docs, "HorizontalPodAutoscaler", worker_name(name))
+        spec = hpa["spec"]
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": worker_name(name)}
+        external = [m["external"] for m in spec["metrics"] if m["type"] == "External"]
+        assert len(external) == 1
+        assert external[0]["metric"]["name"] == "kafka_lag"
+        assert external[0]["metric"]["selector"]["matchLabels"]["topic"] == f"infer.{name}"
+        assert external[0]["target"] == {"type": "AverageValue", "averageValue": "100"}
+        cpu = [m["resource"] for m in spec["metrics"] if m["type"] == "Resource"]
+        assert cpu == [{"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}]
+        assert spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+        assert spec["behavior"]["scaleUp"]["stabilizationWindowSeconds"] == 0
+        assert spec["maxReplicas"] <= partitions, f"{name}: maxReplicas {spec['maxReplicas']} > {partitions} partitions"
+        assert spec["maxReplicas"] == maximum and spec["minReplicas"] >= 1
+    return ", ".join(f"{n}: max {m}/{p} partitions" for n, p, m in models)
+
+
+@check("prometheus-adapter rule: kafka_consumergroup_lag -> kafka_lag, deduplicated per partition")
+def check_adapter(docs):
+    values = yaml.safe_load((ROOT / "helm/prometheus-adapter-values.yaml").read_text())
+    rules = values["rules"]["external"]
+    assert len(rules) == 1
+    rule = rules[0]
+    assert rule["seriesQuery"].startswith("kafka_consumergroup_lag{") and 'group=~"fleet\\\\..+"' in rule["seriesQuery"], rule["seriesQuery"]
+    assert rule["name"] == {"matches": "^kafka_consumergroup_lag$", "as": "kafka_lag"}
+    assert rule["metricsQuery"] == "sum by (group, topic) (max by (group, topic, partition) (<<.Series>>{<<.LabelMatchers>>}))"
+    assert rule["resources"]["overrides"]["namespace"] == {"resource": "namespace"}
+    configmap = one(docs, "ConfigMap", f"{RELEASE}-prometheus-adapter")
+    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    assert config == {"externalRules": rules}, "the chart's ConfigMap differs from helm/prometheus-adapter-values.yaml"
+
+
+@check("PrometheusRule and ServiceMonitors carry deploy/prometheus/alerts.yml and the scrape jobs")
+def check_monitoring(docs):
+    rule = one(docs, "PrometheusRule", RELEASE)
+    alerts = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"], "PrometheusRule differs from deploy/prometheus/alerts.yml"
+    monitors = {m["metadata"]["name"]: m for m in by_kind(docs, "ServiceMonitor")}
+    jobs = {}
+    for name, monitor in monitors.items():
+        endpoint = monitor["spec"]["endpoints"][0]
+        assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+        jobs[name] = [r["replacement"] for r in endpoint["relabelings"] if r["targetLabel"] == "job"]
+    assert jobs == {f"{RELEASE}-worker": ["fleet-worker"], f"{RELEASE}-lag": ["fleet-lag"]}, jobs
+    selector = monitors[f"{RELEASE}-worker"]["spec"]["selector"]["matchLabels"]
+    services = [s for s in by_kind(docs, "Service") if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+    assert len(services) == len(resolved_models(chart_values())), "worker ServiceMonitor must select every worker Service"
+
+
+@check("KEDA mode: no HPA; ScaledObject per model with lagThreshold 100, its topic and group; TriggerAuthentication")
+def check_keda(docs, values):
+    assert not by_kind(docs, "HorizontalPodAutoscaler"), "KEDA mode must render no HPA"
+    assert not [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("prometheus-adapter")]
+    models = resolved_models(values)
+    scaled = by_kind(docs, "ScaledObject")
+    assert len(scaled) == len(models)
+    auths = {a["metadata"]["name"] for a in by_kind(docs, "TriggerAuthentication")}
+    for name, partitions, maximum in models:
+        obj = one(docs, "ScaledObject", worker_name(name))
+        spec = obj["spec"]
+        assert spec["scaleTargetRef"]["name"] == worker_name(name)
+        assert spec["maxReplicaCount"] <= partitions and spec["maxReplicaCount"] == maximum
+        kafka = [t for t in spec["triggers"] if t["type"] == "kafka"]
+        assert len(kafka) == 1
+        meta = kafka[0]["metadata"]
+        assert meta["lagThreshold"] == "100"
+        assert meta["topic"] == f"infer.{name}" and meta["consumerGroup"] == f"fleet.{name}"
+        assert meta["offsetResetPolicy"] == "earliest"
+        assert meta["allowIdleConsumers"] == "false" and meta["limitToPartitionsWithLag"] == "false"
+        assert meta["activationLagThreshold"] == "10"
+        assert meta["bootstrapServers"] == values["kafka"]["brokers"]
+        if values["kafka"]["sasl"]["enabled"]:
+            assert kafka[0]["authenticationRef"]["name"] in auths
+            assert meta["sasl"] == "scram_sha512"
+        cpu = [t for t in spec["triggers"] if t["type"] == "cpu"]
+        assert cpu and cpu[0]["metadata"]["value"] == "70" and cpu[0]["metricType"] == "Utilization"
+        behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 300
+    return ", ".join(f"{n}: max {m}/{p} partitions" for n, p, m in models)
+
+
+def secret_scenario():
+    return {
+        "kafka": {
+            "sasl": {"enabled": True, "mechanism": "SCRAM-SHA-512", "username": "fleet",
+                     "password": SENTINELS["kafka.sasl.password"]},
+            "tls": {"enabled": True, "ca": "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----",
+                    "cert": "-----BEGIN CERTIFICATE-----\nCERT\n-----END CERTIFICATE-----",
+                    "key": SENTINELS["kafka.tls.key"]},
+            "extraProperties": {"client.rack": "zone-a"},
+        },
+        "redis": {"url": "redis://redis-master:6379/0", "username": "fleet",
+                  "password": SENTINELS["redis.password"]},
+    }
+
+
+def assert_no_secret_values(text_docs, where):
+    needles = []
+    for value in SENTINELS.values():
+        for piece in [value] + value.splitlines():
+            if len(piece) >= 8 and "-----" not in piece:
+                needles += [piece, base64.b64encode(piece.encode()).decode()]
+    for label, text in text_docs:
+        for needle in needles:
+            assert needle not in text, f"a secret value appears in {where} {label}"
+
+
+@check("secrets: SASL/TLS/Redis values only inside Secrets; clients mount kafka.properties; Redis URL by secretKeyRef")
+def check_secrets(raw, docs, keda_docs, notes):
+    secrets = {s["metadata"]["name"]: s for s in by_kind(docs, "Secret")}
+    assert set(secrets) == {f"{RELEASE}-kafka", f"{RELEASE}-kafka-hook", f"{RELEASE}-redis"}, sorted(secrets)
+    properties = secrets[f"{RELEASE}-kafka"]["stringData"]["kafka.properties"].splitlines()
+    for line in ("security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512", "sasl.username=fleet",
+                 f"sasl.password={SENTINELS['kafka.sasl.password']}", "ssl.ca.location=/etc/fleet/kafka/ca.crt",
+                 "ssl.certificate.location=/etc/fleet/kafka/tls.crt", "ssl.key.location=/etc/fleet/kafka/tls.key",
+                 "client.rack=zone-a"):
+        assert line in properties, f"kafka.properties lacks {line!r}"
+    assert all("=" in line for line in properties if line.strip()), "kafka.properties: key=value lines only"
+    url = secrets[f"{RELEASE}-redis"]["stringData"]["redis-url"]
+    assert url == f"redis://fleet:{SENTINELS['redis.password']}@redis-master:6379/0", url
+    hook = secrets[f"{RELEASE}-kafka-hook"]["metadata"]["annotations"]
+    assert int(hook["helm.sh/hook-weight"]) < int(one(docs, "Job", f"{RELEASE}-topics")["metadata"]["annotations"]["helm.sh/hook-weight"])
+    pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "Job")]
+    for pod in pods:
+        for container in pod["containers"]:
+            env = env_of(container)
+            assert env["FLEET_KAFKA_PROPERTIES_FILE"]["value"] == "/etc/fleet/kafka/kafka.properties"
+            assert any(m["mountPath"] == "/etc/fleet/kafka" and m["name"] == "kafka" for m in container["volumeMounts"])
+            if "FLEET_REDIS_URL" in env:
+                assert env["FLEET_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": f"{RELEASE}-redis", "key": "redis-url"}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["kafka"]["secret"]["secretName"] in (f"{RELEASE}-kafka", f"{RELEASE}-kafka-hook")
+    auth = one(keda_docs, "TriggerAuthentication", f"{RELEASE}-kafka")
+    params = {r["parameter"]: r["key"] for r in auth["spec"]["secretTargetRef"]}
+    assert params == {"username": "username", "password": "password", "ca": "ca.crt", "cert": "tls.crt", "key": "tls.key"}, params
+    for scenario, scenario_docs in (("hpa", docs), ("keda", keda_docs)):
+        assert_no_secret_values([(f"{d['kind']} {d['metadata']['name']}", yaml.safe_dump(d))
+                                 for d in scenario_docs if d["kind"] != "Secret"], f"{scenario} mode,")
+    assert_no_secret_values([("NOTES.txt", notes)], "the rendered")
+    for value in SENTINELS.values():
+        needle = value.splitlines()[1] if "\n" in value else value
+        assert needle in raw, "sentinel missing: the check would prove nothing"
+    return f"{len(pods)} pods checked"
+
+
+REDIS_TLS_DIR = "/etc/fleet/redis-tls"
+REDIS_TLS_ENV = ("FLEET_REDIS_CA_FILE", "FLEET_REDIS_CLIENT_CERT", "FLEET_REDIS_CLIENT_KEY")
+
+
+def redis_tls_scenarios():
+    """label -> (extra values, the redis.tls settings the pods must show)."""
+    return {
+        # CA only, default key, the URL in values.
+        "redis-tls": ({"redis": {"url": "rediss://redis-master:6379/0",
+                                 "tls": {"enabled": True, "existingSecret": "fleet-redis-tls"}}},
+                      {"secret": "fleet-redis-tls", "ca": "ca.crt", "client": None}),
+        # Mutual TLS with its own key names, the URL (with credentials) in a
+        # chart-made Secret, next to the Kafka Secret mount, KEDA mode.
+        "redis-mtls": ({**secret_scenario(),
+                        "autoscaling": {"mode": "keda"},
+                        "redis": {"url": "rediss://redis-master:6380/0", "username": "fleet",
+                                  "password": SENTINELS["redis.password"],
+                                  "tls": {"enabled": True, "existingSecret": "redis-client-tls",
+                                          "clientCertificate": True, "caKey": "ca.pem",
+                                          "certKey": "client.pem", "keyKey": "client-key.pem"}}},
+                       {"secret": "redis-client-tls", "ca": "ca.pem", "client": ("client.pem", "client-key.pem")}),
+        # The URL from an existing Secret: the chart cannot see its scheme.
+        "redis-tls-existing": ({"redis": {"existingSecret": "redis-url", "existingSecretKey": "url",
+                                          "tls": {"enabled": True, "existingSecret": "redis-tls",
+                                                  "clientCertificate": True}}},
+                               {"secret": "redis-tls", "ca": "ca.crt", "client": ("tls.crt", "tls.key")}),
+    }
+
+
+def pods_of(docs):
+    """(label, pod spec, is a worker) of every Deployment and Job."""
+    out = []
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "Job"):
+            component = doc["metadata"]["labels"].get("app.kubernetes.io/component")
+            out.append((f"{doc['kind']} {doc['metadata']['name']}", doc["spec"]["template"]["spec"], component == "worker"))
+    return out
+
+
+def assert_no_redis_tls(label, pod):
+    for container in pod["containers"] + pod.get("initContainers", []):
+        env = env_of(container)
+        assert not [v for v in REDIS_TLS_ENV if v in env], f"{label}: {container['name']} has Redis TLS env"
+        assert not [m for m in container.get("volumeMounts", []) if m["name"] == "redis-tls" or m["mountPath"] == REDIS_TLS_DIR], \
+            f"{label}: {container['name']} mounts the Redis TLS Secret"
+    assert not [v for v in pod.get("volumes", []) if v["name"] == "redis-tls"], f"{label}: has a redis-tls volume"
+
+
+@check("Redis TLS: every worker mounts the TLS Secret read-only and names its files; fleet-lag and the topic job do not")
+def check_redis_tls(rendered, values):
+    models = resolved_models(values)
+    details = []
+    for label, (docs, expected) in rendered.items():
+        workers = 0
+        keys = [expected["ca"]] + list(expected["client"] or ())
+        for name, pod, is_worker in pods_of(docs):
+            if not is_worker:
+                assert_no_redis_tls(f"{label}: {name}", pod)
+                continue
+            workers += 1
+            worker = next(c for c in pod["containers"] if c["name"] == "worker")
+            env = env_of(worker)
+            assert env["FLEET_REDIS_CA_FILE"] == {"name": "FLEET_REDIS_CA_FILE", "value": f"{REDIS_TLS_DIR}/{expected['ca']}"}, \
+                f"{label}: {name}: {env.get('FLEET_REDIS_CA_FILE')}"
+            if expected["client"]:
+                cert, key = expected["client"]
+                assert env["FLEET_REDIS_CLIENT_CERT"]["value"] == f"{REDIS_TLS_DIR}/{cert}", f"{label}: {name}"
+                assert env["FLEET_REDIS_CLIENT_KEY"]["value"] == f"{REDIS_TLS_DIR}/{key}", f"{label}: {name}"
+            else:
+                assert "FLEET_REDIS_CLIENT_CERT" not in env and "FLEET_REDIS_CLIENT_KEY" not in env, \
+                    f"{label}: {name}: client certificate env without clientCertificate"
+            assert "FLEET_REDIS_URL" in env
+            mounts = [m for m in worker["volumeMounts"] if m["name"] == "redis-tls"]
+            assert mounts == [{"name": "redis-tls", "mountPath": REDIS_TLS_DIR, "readOnly": True}], f"{label}: {name}: {mounts}"
+            volumes = [v for v in pod["volumes"] if v["name"] == "redis-tls"]
+            assert len(volumes) == 1, f"{label}: {name}: {len(volumes)} redis-tls volumes"
+            secret = volumes[0]["secret"]
+            assert secret["secretName"] == expected["secret"], secret
+            assert secret["defaultMode"] == 0o440, f"{label}: {name}: defaultMode {secret['defaultMode']:o}"
+            assert secret["items"] == [{"key": k, "path": k} for k in keys], secret["items"]
+            # 0440 files are read through the group: the pod must run with fsGroup.
+            assert pod["securityContext"].get("fsGroup") is not None, f"{label}: {name}: no fsGroup"
+            # The init container copying the model needs none of it.
+            for init in pod.get("initContainers", []):
+                assert not [v for v in REDIS_TLS_ENV if v in env_of(init)]
+                assert not [m for m in init["volumeMounts"] if m["name"] == "redis-tls"]
+            if label == "redis-mtls":
+                assert any(m["mountPath"] == "/etc/fleet/kafka" for m in worker["volumeMounts"]), "the Kafka mount must stay"
+        assert workers == len(models), f"{label}: {workers} worker Deployments, {len(models)} models"
+        # The TLS Secret is the user's: the chart makes none for it.
+        made = {d["metadata"]["name"] for d in by_kind(docs, "Secret")}
+        assert expected["secret"] not in made, f"{label}: the chart rendered the TLS Secret {expected['secret']}"
+        details.append(f"{label}: {workers} workers, {len(keys)} files")
+    docs = rendered["redis-mtls"][0]
+    url = one(docs, "Secret", f"{RELEASE}-redis")["stringData"]["redis-url"]
+    assert url == f"rediss://fleet:{SENTINELS['redis.password']}@redis-master:6380/0", url
+    assert_no_secret_values([(f"{d['kind']} {d['metadata']['name']}", yaml.safe_dump(d))
+                             for d in docs if d["kind"] != "Secret"], "redis-mtls,")
+    return "; ".join(details)
+
+
+@check("Redis TLS disabled (default): no TLS env, volume or mount in any pod")
+def check_redis_tls_absent(rendered):
+    pods = 0
+    for label, docs in rendered.items():
+        for name, pod, _ in pods_of(docs):
+            assert_no_redis_tls(f"{label}: {name}", pod)
+            pods += 1
+    return f"{pods} pods in {len(rendered)} scenarios"
+
+
+@check("existing Secrets, a model PVC, fixed replicas: nothing chart-made, nothing autoscaled")
+def check_existing(docs):
+    assert not by_kind(docs, "Secret")
+    assert not by_kind(docs, "HorizontalPodAutoscaler") and not by_kind(docs, "ScaledObject")
+    assert not by_kind(docs, "ServiceMonitor")
+    for deployment in by_kind(docs, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["kafka"]["secret"]["secretName"] == "kafka-client"
+        if deployment["metadata"]["labels"]["app.kubernetes.io/component"] == "worker":
+            assert deployment["spec"]["replicas"] == 2
+            assert "initContainers" not in pod
+            assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "fleet-models", "readOnly": True}
+            mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "models")
+            assert mount["subPath"] == "repository" and mount["readOnly"]
+            env = env_of(pod["containers"][0])
+            assert env["FLEET_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "redis-url", "key": "url"}
+            assert env["FLEET_DEVICE"]["value"] == "cuda"
+            if deployment["metadata"]["labels"]["fleet/model"] == "minilm":
+                # minilm takes modelDefaults.resources; efficientnet_lite0 sets its own.
+                assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+                assert env["FLEET_INTRA_OP_THREADS"]["value"] == "1"  # 500m rounds to 1
+    job = one(docs, "Job", f"{RELEASE}-topics")
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["kafka"]["secret"]["secretName"] == "kafka-client"
+    dashboard = one(docs, "ConfigMap", f"{RELEASE}-dashboard")
+    assert json.loads(dashboard["data"]["fleet.json"]) == json.loads((ROOT / "deploy/grafana/dashboards/fleet.json").read_text())
+
+
+@check("bad values make `helm template` fail with a clear message")
+def check_failures(helm):
+    cases = [
+        ("replicas.max above partitions (hpa)",
+         {"models": [{"name": "minilm", "partitions": 4, "replicas": {"max": 8}}]}, "exceeds the topic's 4 partitions"),
+        ("replicas.max above partitions (keda)",
+         {"autoscaling": {"mode": "keda"}, "models": [{"name": "minilm", "partitions": 2, "replicas": {"max": 3}}]},
+         "exceeds the topic's 2 partitions"),
+        ("replicas.max above partitions (modelDefaults)",
+         {"modelDefaults": {"partitions": 4, "replicas": {"min": 1, "max": 6}}}, "exceeds the topic's 4 partitions"),
+        ("grace period not above the drain",
+         {"modelDefaults": {"drainTimeoutSeconds": 30, "terminationGracePeriodSeconds": 30}}, "must exceed drainTimeoutSeconds"),
+        ("unknown autoscaling mode", {"autoscaling": {"mode": "vpa"}}, "autoscaling.mode must be"),
+        ("SASL without a password", {"kafka": {"sasl": {"enabled": True, "username": "u"}}}, "needs kafka.sasl.username and kafka.sasl.password"),
+        ("min 0 with an HPA", {"models": [{"name": "minilm", "replicas": {"min": 0}}]}, "needs autoscaling.mode keda"),
+        ("no model repository", {"modelRepository": {"image": {"repository": ""}}}, "modelRepository"),
+        ("bad device", {"models": [{"name": "minilm", "device": "tpu"}]}, "device must be cpu, cuda or auto"),
+        ("a password in redis.url", {"redis": {"url": "redis://fleet:hunter2@redis:6379"}}, "must not hold a password"),
+        ("Redis TLS without its Secret",
+         {"redis": {"url": "rediss://redis:6379", "tls": {"enabled": True}}}, "redis.tls.enabled needs redis.tls.existingSecret"),
+        ("Redis TLS with a redis:// URL",
+         {"redis": {"url": "redis://redis:6379", "tls": {"enabled": True, "existingSecret": "t"}}},
+         "redis.tls.enabled needs a rediss:// URL"),
+        ("Redis TLS with a redis:// URL and a password (chart-made URL)",
+         {"redis": {"url": "redis://redis:6379", "username": "fleet", "password": "p",
+                    "tls": {"enabled": True, "existingSecret": "t"}}}, "redis.tls.enabled needs a rediss:// URL"),
+        ("Redis mutual TLS without a key",
+         {"redis": {"url": "rediss://redis:6379", "tls": {"enabled": True, "existingSecret": "t",
+                                                           "clientCertificate": True, "keyKey": ""}}},
+         "needs redis.tls.certKey and redis.tls.keyKey"),
+        ("Redis TLS key that is no Secret key",
+         {"redis": {"url": "rediss://redis:6379", "tls": {"enabled": True, "existingSecret": "t", "caKey": "certs/ca.crt"}}},
+         "is not a valid Secret key"),
+        ("Redis mutual TLS with one key twice",
+         {"redis": {"url": "rediss://redis:6379", "tls": {"enabled": True, "existingSecret": "t",
+                                                           "clientCertificate": True, "certKey": "ca.crt"}}},
+         "must be three different keys"),
+    ]
+    for label, values, message in cases:
+        code, stderr = helm.template(values, expect_failure=True)
+        assert code != 0, f"{label}: helm template succeeded"
+        assert message in stderr, f"{label}: expected {message!r} in: {stderr.strip()}"
+    # Clamped the other way: max = partitions when unset.
+    _, docs = helm.template({"models": [{"name": "minilm", "partitions": 3}]})
+    assert one(docs, "HorizontalPodAutoscaler", worker_name("minilm"))["spec"]["maxReplicas"] == 3
+    return f"{len(cases)} refused"
+
+
+def render_notes(helm_binary, values):
+    """NOTES.txt is not rendered by `helm template`: render it as a ConfigMap in a copy of the chart."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = Path(tmp) / "fleet"
+        shutil.copytree(CHART, chart, symlinks=False)
+        notes = (chart / "templates/NOTES.txt").read_text()
+        (chart / "templates/NOTES.txt").unlink()
+        (chart / "templates/zz-notes.yaml").write_text(
+            '{{- define "fleet.testNotes" -}}\n' + notes + "\n{{- end -}}\n"
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+            'data:\n  notes: {{ include "fleet.testNotes" . | quote }}\n')
+        _, docs = Helm(helm_binary, chart).template(values)
+        return one(docs, "ConfigMap", "notes")["data"]["notes"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--helm", required=True)
+    parser.add_argument("--kubernetes-version", default="1.30.0")
+    global ARGS
+    ARGS = parser.parse_args()
+    helm = Helm(ARGS.helm, CHART)
+    values = chart_values()
+    keda_file = CHART / "values-keda.yaml"
+    keda_values = yaml.safe_load(keda_file.read_text())
+    merged_keda = {**values, **keda_values, "kafka": {**values["kafka"], **keda_values["kafka"],
+                                                       "sasl": {**values["kafka"]["sasl"], **keda_values["kafka"]["sasl"]}}}
+
+    scenarios = {}
+    for label, files, extra in (
+        ("default", [], {}),
+        ("keda", [keda_file], {}),
+        ("secrets", [], secret_scenario()),
+        ("secrets-keda", [], {**secret_scenario(), "autoscaling": {"mode": "keda"}}),
+        ("existing", [], {
+            "kafka": {"existingSecret": "kafka-client", "sasl": {"enabled": True}},
+            "redis": {"existingSecret": "redis-url", "existingSecretKey": "url"},
+            "modelRepository": {"existingClaim": "fleet-models", "subPath": "repository"},
+            "autoscaling": {"mode": "none"},
+            "modelDefaults": {"replicas": {"min": 2}, "device": "cuda",
+                              "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                            "limits": {"memory": "2Gi", "nvidia.com/gpu": 1}}},
+            "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+            "grafanaDashboard": {"enabled": True},
+        }),
+    ) + tuple((label, [], extra) for label, (extra, _) in redis_tls_scenarios().items()):
+        try:
+            scenarios[label] = helm.template(extra, files=files)
+        except AssertionError as error:
+            RESULTS.append((False, f"render {label}"))
+            print(f"  FAIL  render {label}: {error}")
+
+    @check("schema validation of every rendered object (all scenarios)")
+    def schemas():
+        return "; ".join(f"{label}: {validate_all(docs, label)}" for label, (_, docs) in scenarios.items())
+
+    schemas()
+    if "default" in scenarios:
+        check_workloads(scenarios["default"][1], values)
+        check_hpa(scenarios["default"][1], values)
+        check_adapter(scenarios["default"][1])
+        check_monitoring(scenarios["default"][1])
+    if "keda" in scenarios:
+        check_keda(scenarios["keda"][1], merged_keda)
+    if "secrets" in scenarios and "secrets-keda" in scenarios:
+        notes = render_notes(ARGS.helm, secret_scenario())
+        check_secrets(scenarios["secrets"][0], scenarios["secrets"][1], scenarios["secrets-keda"][1], notes)
+    if "existing" in scenarios:
+        check_existing(scenarios["existing"][1])
+    tls = redis_tls_scenarios()
+    if all(label in scenarios for label in tls):
+        check_redis_tls({label: (scenarios[label][1], expected) for label, (_, expected) in tls.items()}, values)
+    check_redis_tls_absent({label: docs for label, (_, docs) in scenarios.items() if label not in tls})
+    check_failures(helm)
+
+    failed = [name for ok, name in RESULTS if not ok]
+    print(f"chart: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+ARGS = None
+
+if __name__ == "__main__":
+    sys.exit(main())
