@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst record-burst-lag fmt lint
+.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -31,9 +31,24 @@ bench-image-decode:
 bench-image-burst:
 	bash scripts/bench-image-burst.sh
 
+# Open-loop load (steady, then a 10x burst) against a local worker; reports in loadtest-report/.
+loadtest:
+	bash scripts/loadtest.sh
+
+# Each fault drill at full length (make test runs them shortened).
+drills:
+	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && for d in kill-worker restart-broker redis-outage rebalance; do "$$FLEET_BIN_DIR/loadtest" drill $$d || exit 1; done'
+
 # A burst's consumer lag, recorded and replayed through the HPA (docs/autoscaling.md).
 record-burst-lag:
 	bash scripts/record-burst-lag.sh
+
+# The GPU check (docs/lifecycle.md): bundle here, run there.
+gpu-bundle:
+	bash scripts/gpu-bundle.sh
+
+gpu-check:
+	bash scripts/gpu-check.sh
 
 fmt:
 	cargo fmt --all

@@ -85,7 +85,7 @@ else
   ok "installed"
 fi
 
-step 4/7 "Redis on 127.0.0.1:6379"
+step 4/7 "Redis on 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432"
 if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   ok "already answering"
 else
@@ -93,6 +93,30 @@ else
     --logfile "$FLEET_CACHE/logs/redis.log"
   for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
   redis-cli -p 6379 ping >/dev/null && ok "started"
+fi
+
+# PostgreSQL: the broker-restart drill keeps the broker's data there
+# (nisshi's postgres engine). Use the one answering on 127.0.0.1:5432; else
+# start an installed cluster; else install Debian's and give the postgres
+# user the password the drills use (FLEET_POSTGRES_URL overrides it).
+if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  ok "PostgreSQL already answering on 127.0.0.1:5432"
+else
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  if ! command -v pg_ctlcluster >/dev/null; then
+    echo "    installing postgresql"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+    fresh_postgres=1
+  fi
+  cluster=$(ls /etc/postgresql | sort -V | tail -1)
+  $SUDO pg_ctlcluster --skip-systemctl-redirect "$cluster" main start || true
+  for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done
+  pg_isready -q -h 127.0.0.1 -p 5432 || { echo "error: PostgreSQL did not start" >&2; exit 1; }
+  if [ -n "${fresh_postgres:-}" ]; then
+    $SUDO -u postgres psql -q -c "ALTER USER postgres PASSWORD 'postgres'"
+  fi
+  ok "PostgreSQL started on 127.0.0.1:5432"
 fi
 
 step 5/7 "model repository (models/)"

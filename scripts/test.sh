@@ -11,4 +11,6 @@ source scripts/env.sh
 export FLEET_MODEL_REPO="$PWD/models"
 # The chart, compose file, alert rules and dashboard, checked offline.
 bash scripts/test-deploy.sh
+# The drills run the built fleet-worker binary: build it from this tree first.
+cargo build --release --workspace --bins
 cargo test --release --workspace "$@"

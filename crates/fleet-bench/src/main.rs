@@ -16,7 +16,6 @@ mod measure;
 mod plot;
 mod redis_bench;
 mod strategy;
-mod workload;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -44,6 +43,12 @@ struct Common {
     /// libtorch intra-op threads (the worker's --intra-op-threads).
     #[arg(long, default_value_t = 2, global = true)]
     threads: i32,
+    /// cpu, cuda or auto, as the worker's --device (scripts/gpu-check.sh).
+    #[arg(long, default_value = "cpu", global = true)]
+    device: fleet_worker::config::DeviceChoice,
+    /// Run the text model in fp16 (CUDA).
+    #[arg(long, global = true)]
+    fp16: bool,
 }
 
 #[derive(Subcommand)]
@@ -147,15 +152,32 @@ fn main() -> Result<()> {
     let version = repository::resolve(&cli.common.model_repo, &cli.common.model)?;
     let text = version.config.text().cloned().context("a text model is needed")?;
     let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, true)?;
-    let engine = TextEngine::load(&version.file("model.pt"), tch::Device::Cpu)?;
+    let device = fleet_worker::engine::choose_device(cli.common.device)?;
+    let mut engine = TextEngine::load(&version.file("model.pt"), device)?;
+    if cli.common.fp16 {
+        engine.use_half_precision();
+    }
     println!("machine: {}", machine());
-    println!("model: {} version {}, intra-op threads {}", version.name, version.version, cli.common.threads);
-    match cli.command {
+    println!(
+        "model: {} version {}, device {device:?}{}, intra-op threads {}",
+        version.name,
+        version.version,
+        if cli.common.fp16 { " fp16" } else { "" },
+        cli.common.threads
+    );
+    let outcome = match cli.command {
         Command::Batching(args) => batching(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Raw(args) => raw(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Redis(args) => redis(&args, &tokenizer, &engine),
         Command::ImageDecode(_) | Command::ImageBurst(_) => unreachable!("handled above"),
+    };
+    if let tch::Device::Cuda(index) = device {
+        match fleet_worker::gpu::device_memory(index as u32) {
+            Ok((total, used)) => println!("device memory: {} of {} MiB in use", used >> 20, total >> 20),
+            Err(e) => println!("device memory: unknown ({e})"),
+        }
     }
+    outcome
 }
 
 fn tokenize_all(tokenizer: &TextTokenizer, texts: &[String]) -> Result<Vec<Vec<i64>>> {
@@ -175,7 +197,7 @@ fn batching(
     max_seq_len: usize,
 ) -> Result<()> {
     let corpus = read_lines(&args.corpus)?;
-    let texts = workload::generate(&corpus, args.count, args.seed);
+    let texts = loadtest::workload::generate(&corpus, args.count, args.seed);
     let tokens = tokenize_all(tokenizer, &texts)?;
     let lens: Vec<usize> = tokens.iter().map(Vec::len).collect();
     let mut sorted = lens.clone();

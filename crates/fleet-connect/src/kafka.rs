@@ -1,7 +1,9 @@
 //! librdkafka client settings: bootstrap servers, then the properties of a
-//! file (`key=value` lines, see `fleet_proto::client_properties`), then
-//! properties given one by one, each overriding what came before.
+//! file (`key=value` lines, see `fleet_proto::client_properties`), then the
+//! security flags (`kafka_security`), then properties given one by one,
+//! each overriding what came before.
 
+use crate::kafka_security::{KafkaSecurity, SecurityError};
 use rdkafka::ClientConfig;
 use std::path::{Path, PathBuf};
 
@@ -11,11 +13,14 @@ pub enum KafkaConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("the Kafka properties file {path}, {source}")]
     Parse { path: PathBuf, source: fleet_proto::client_properties::PropertiesError },
+    #[error(transparent)]
+    Security(#[from] SecurityError),
 }
 
-/// The properties of `file` (if any) followed by `overrides`.
+/// The properties of `file` (if any), then `security`'s, then `overrides`.
 pub fn properties(
     file: Option<&Path>,
+    security: &KafkaSecurity,
     overrides: &[(String, String)],
 ) -> Result<Vec<(String, String)>, KafkaConfigError> {
     let mut properties = Vec::new();
@@ -25,6 +30,7 @@ pub fn properties(
         properties = fleet_proto::client_properties::parse(&text)
             .map_err(|source| KafkaConfigError::Parse { path: path.to_owned(), source })?;
     }
+    properties.extend(security.properties()?);
     properties.extend(overrides.iter().cloned());
     Ok(properties)
 }
@@ -34,11 +40,12 @@ pub fn properties(
 pub fn client_config(
     brokers: &str,
     file: Option<&Path>,
+    security: &KafkaSecurity,
     overrides: &[(String, String)],
 ) -> Result<ClientConfig, KafkaConfigError> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
-    for (key, value) in properties(file, overrides)? {
+    for (key, value) in properties(file, security, overrides)? {
         config.set(key, value);
     }
     Ok(config)
@@ -52,13 +59,19 @@ mod tests {
     fn overrides_win_over_the_file_and_errors_name_the_file_not_the_value() {
         let path = std::env::temp_dir().join(format!("fleet-kafka-{}.properties", std::process::id()));
         std::fs::write(&path, "# secrets\nsecurity.protocol=SASL_SSL\nsasl.password=hunter2\n").unwrap();
-        let config = client_config("b:9092", Some(&path), &[("security.protocol".into(), "SSL".into())]).unwrap();
+        let config = client_config(
+            "b:9092",
+            Some(&path),
+            &KafkaSecurity::default(),
+            &[("security.protocol".into(), "SSL".into())],
+        )
+        .unwrap();
         assert_eq!(config.get("security.protocol"), Some("SSL"));
         assert_eq!(config.get("sasl.password"), Some("hunter2"));
         assert_eq!(config.get("bootstrap.servers"), Some("b:9092"));
 
         std::fs::write(&path, "sasl.password hunter2\n").unwrap();
-        let err = client_config("b:9092", Some(&path), &[]).unwrap_err().to_string();
+        let err = client_config("b:9092", Some(&path), &KafkaSecurity::default(), &[]).unwrap_err().to_string();
         assert!(err.contains("line 1") && !err.contains("hunter2"), "{err}");
         let _ = std::fs::remove_file(&path);
     }

@@ -1,16 +1,25 @@
-//! Fail-fast admission: refuse a send while the model's workers are too far
-//! behind, so callers shed load or go elsewhere instead of queueing work that
-//! would only expire. The 429 of this system.
+//! Fail-fast admission: refuse a send the fleet cannot serve in time, so
+//! callers shed load or go elsewhere instead of queueing work that would
+//! only expire. The 429 of this system. Two rules:
 //!
-//! The backlog comes from the workers' own reports in Redis
-//! (`fleet_proto::backlog`): each worker publishes every second what it
-//! still owes, so one HGETALL gives a fresh total without asking the broker.
-//! It is cached for `refresh` (default 250 ms) so a busy producer costs Redis
-//! a few reads per second, not one per message. When Redis cannot be read
-//! the check lets the send through (fail open) and says so in a warning: the
-//! workers' own in-flight bounds keep them safe either way.
+//! - **Predicted wait** (adaptive): the workers publish their backlog and the
+//!   rate they drain it; `backlog ÷ drain rate` is how long a request sent now
+//!   would wait. When that exceeds the time left to its deadline, it would
+//!   expire anyway: refused. No constant to guess, and it follows the fleet
+//!   as it scales.
+//! - **Backlog limit** (fixed, optional): refused above `max_backlog`.
+//!
+//! The reports come from Redis (`fleet_proto::backlog`), cached for
+//! `refresh` (default 250 ms) so a busy producer costs Redis a few reads per
+//! second, not one per message. When Redis cannot be read, or no drain rate
+//! is known yet (an idle or starting fleet), the check lets the send through
+//! (fail open): the workers' own in-flight bounds keep them safe either way.
+//! Metrics (through the `metrics` facade, exported if the application
+//! installs a recorder): `fleet_admission_refused_total{model,reason}`,
+//! `fleet_admission_predicted_wait_seconds{model}`.
 
-use fleet_proto::{backlog, ModelName};
+use fleet_proto::backlog::{self, Load};
+use fleet_proto::ModelName;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, AsyncConnectionConfig};
 use std::collections::HashMap;
@@ -18,32 +27,79 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{model} is overloaded: backlog {backlog} > limit {limit}; shed or retry later")]
-pub struct Overloaded {
-    pub model: String,
-    pub backlog: u64,
-    pub limit: u64,
+pub enum Overloaded {
+    #[error("{model} is overloaded: backlog {backlog} > limit {limit}; shed or retry later")]
+    Backlog { model: String, backlog: u64, limit: u64 },
+    #[error("{model} would answer too late: predicted wait {predicted_wait_ms} ms > {deadline_left_ms} ms to the deadline; shed or retry later")]
+    WouldExpire { model: String, predicted_wait_ms: u64, deadline_left_ms: u64 },
+}
+
+/// Where a request stands against the model's load. Pure.
+pub fn admit(
+    model: &ModelName,
+    load: Option<Load>,
+    max_backlog: Option<u64>,
+    deadline_left_ms: Option<u64>,
+) -> Result<(), Overloaded> {
+    let Some(load) = load else { return Ok(()) };
+    if let Some(limit) = max_backlog.filter(|&limit| load.backlog > limit) {
+        return Err(Overloaded::Backlog { model: model.to_string(), backlog: load.backlog, limit });
+    }
+    if let (Some(deadline_left_ms), Some(predicted_wait_ms)) = (deadline_left_ms, backlog::predicted_wait_ms(&load)) {
+        if predicted_wait_ms > deadline_left_ms {
+            return Err(Overloaded::WouldExpire { model: model.to_string(), predicted_wait_ms, deadline_left_ms });
+        }
+    }
+    Ok(())
 }
 
 pub struct BacklogGuard {
     conn: MultiplexedConnection,
-    max_backlog: u64,
+    max_backlog: Option<u64>,
+    predict_wait: bool,
     refresh: Duration,
-    cache: Mutex<HashMap<ModelName, (Instant, Option<u64>)>>,
+    cache: Mutex<HashMap<ModelName, (Instant, Option<Load>)>>,
 }
 
 impl BacklogGuard {
+    /// A fixed backlog limit only (the predicted-wait rule off).
     pub async fn connect(redis_url: &str, max_backlog: u64) -> Result<Self, redis::RedisError> {
         Self::connect_client(redis::Client::open(redis_url)?, max_backlog).await
     }
 
     /// With a client built elsewhere, e.g. with TLS settings.
     pub async fn connect_client(client: redis::Client, max_backlog: u64) -> Result<Self, redis::RedisError> {
+        Ok(Self::open(client).await?.with_max_backlog(Some(max_backlog)))
+    }
+
+    /// Adaptive: refuse what the predicted wait says would expire; no fixed limit.
+    pub async fn adaptive(client: redis::Client) -> Result<Self, redis::RedisError> {
+        Ok(Self::open(client).await?.with_predicted_wait(true))
+    }
+
+    async fn open(client: redis::Client) -> Result<Self, redis::RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_millis(500)));
         let conn = client.get_multiplexed_async_connection_with_config(&config).await?;
-        Ok(Self { conn, max_backlog, refresh: Duration::from_millis(250), cache: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            conn,
+            max_backlog: None,
+            predict_wait: false,
+            refresh: Duration::from_millis(250),
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn with_max_backlog(mut self, limit: Option<u64>) -> Self {
+        self.max_backlog = limit;
+        self
+    }
+
+    /// Also refuse a request whose predicted wait exceeds its deadline.
+    pub fn with_predicted_wait(mut self, on: bool) -> Self {
+        self.predict_wait = on;
+        self
     }
 
     pub fn with_refresh(mut self, refresh: Duration) -> Self {
@@ -54,6 +110,11 @@ impl BacklogGuard {
     /// The model's current backlog as the workers reported it (`None`: no
     /// fresh report, e.g. no worker running).
     pub async fn backlog(&self, model: &ModelName) -> Option<u64> {
+        self.load(model).await.map(|load| load.backlog)
+    }
+
+    /// Backlog and drain rate, summed over the workers' fresh reports.
+    pub async fn load(&self, model: &ModelName) -> Option<Load> {
         if let Some((at, value)) = self.cached(model) {
             if at.elapsed() < self.refresh {
                 return value;
@@ -61,33 +122,104 @@ impl BacklogGuard {
         }
         let reports: Result<HashMap<String, String>, _> = self.conn.clone().hgetall(backlog::backlog_key(model)).await;
         let value = match reports {
-            Ok(reports) => backlog::fresh_total(reports.values().map(String::as_str), now_ms()),
+            Ok(reports) => backlog::fresh_load(reports.values().map(String::as_str), now_ms()),
             Err(e) => {
                 tracing::warn!(error = %e, %model, "backlog unreadable; admitting");
                 None
             }
         };
+        if let Some(wait) = value.as_ref().and_then(backlog::predicted_wait_ms) {
+            metrics::gauge!("fleet_admission_predicted_wait_seconds", "model" => model.to_string())
+                .set(wait as f64 / 1000.0);
+        }
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(model.clone(), (Instant::now(), value));
         }
         value
     }
 
-    /// `Err(Overloaded)` when the backlog is above the limit.
+    /// The backlog limit alone (no deadline known).
     pub async fn check(&self, model: &ModelName) -> Result<(), Overloaded> {
-        match self.backlog(model).await {
-            Some(backlog) if backlog > self.max_backlog => {
-                Err(Overloaded { model: model.to_string(), backlog, limit: self.max_backlog })
-            }
-            _ => Ok(()),
-        }
+        self.check_request(model, None).await
     }
 
-    fn cached(&self, model: &ModelName) -> Option<(Instant, Option<u64>)> {
+    /// Both rules for a request with `deadline_ms` (Unix ms; `None`: the
+    /// fleet's default request TTL, 30 s, applies).
+    pub async fn check_request(&self, model: &ModelName, deadline_ms: Option<u64>) -> Result<(), Overloaded> {
+        let deadline_left_ms = self
+            .predict_wait
+            .then(|| deadline_ms.map_or(DEFAULT_REQUEST_TTL_MS, |deadline| deadline.saturating_sub(now_ms())));
+        let verdict = admit(model, self.load(model).await, self.max_backlog, deadline_left_ms);
+        if let Err(refused) = &verdict {
+            let reason = match refused {
+                Overloaded::Backlog { .. } => "backlog",
+                Overloaded::WouldExpire { .. } => "predicted_wait",
+            };
+            metrics::counter!("fleet_admission_refused_total", "model" => model.to_string(), "reason" => reason)
+                .increment(1);
+        }
+        verdict
+    }
+
+    fn cached(&self, model: &ModelName) -> Option<(Instant, Option<Load>)> {
         self.cache.lock().ok()?.get(model).copied()
     }
 }
 
+/// The deadline a worker gives a request that carries none (DESIGN.md:
+/// `request_ttl_ms` default).
+pub const DEFAULT_REQUEST_TTL_MS: u64 = 30_000;
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn minilm() -> ModelName {
+        ModelName::parse("minilm").unwrap()
+    }
+
+    #[test]
+    fn a_request_that_would_expire_is_refused_and_one_that_would_not_is_let_in() {
+        let load = Some(Load { backlog: 1_000, drain_per_s: Some(100.0) }); // 10 s of work ahead
+        assert!(admit(&minilm(), load, None, Some(15_000)).is_ok());
+        let refused = admit(&minilm(), load, None, Some(5_000)).unwrap_err();
+        assert_eq!(
+            refused,
+            Overloaded::WouldExpire { model: "minilm".into(), predicted_wait_ms: 10_000, deadline_left_ms: 5_000 }
+        );
+        assert!(matches!(admit(&minilm(), load, Some(500), Some(60_000)), Err(Overloaded::Backlog { .. })));
+    }
+
+    #[test]
+    fn without_reports_or_a_drain_rate_it_fails_open() {
+        assert!(admit(&minilm(), None, Some(1), Some(1)).is_ok());
+        let no_rate = Some(Load { backlog: 1_000_000, drain_per_s: None });
+        assert!(admit(&minilm(), no_rate, None, Some(1)).is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn a_later_deadline_is_never_refused_where_an_earlier_one_is_admitted(
+            backlog in 0u64..100_000, drain in 0.5f64..5_000.0, deadline in 0u64..120_000, later in 0u64..60_000,
+        ) {
+            let load = Some(Load { backlog, drain_per_s: Some(drain) });
+            if admit(&minilm(), load, None, Some(deadline)).is_ok() {
+                prop_assert!(admit(&minilm(), load, None, Some(deadline + later)).is_ok());
+            }
+        }
+
+        #[test]
+        fn admitted_means_the_predicted_wait_fits_the_deadline(
+            backlog in 0u64..100_000, drain in 0.5f64..5_000.0, deadline in 0u64..120_000,
+        ) {
+            let load = Load { backlog, drain_per_s: Some(drain) };
+            let admitted = admit(&minilm(), Some(load), None, Some(deadline)).is_ok();
+            prop_assert_eq!(admitted, backlog::predicted_wait_ms(&load).unwrap() <= deadline);
+        }
+    }
 }

@@ -4,12 +4,21 @@
 
 use rdkafka::ClientConfig;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaConfig {
     /// `bootstrap.servers`, comma separated.
     pub brokers: String,
     /// Any further librdkafka property, passed through verbatim.
     pub extra: Vec<(String, String)>,
+}
+
+/// The extra properties' values may be secrets (`sasl.password`,
+/// `ssl.key.password`): `Debug` names the keys only.
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<&str> = self.extra.iter().map(|(key, _)| key.as_str()).collect();
+        f.debug_struct("KafkaConfig").field("brokers", &self.brokers).field("extra_keys", &keys).finish()
+    }
 }
 
 impl KafkaConfig {

@@ -72,8 +72,8 @@ impl FleetProducer {
         Ok(Self { inner, source: source.to_owned(), guard: None })
     }
 
-    /// Refuse sends with [`SendError::Overloaded`] while the model's backlog
-    /// is above the guard's limit.
+    /// Refuse sends with [`SendError::Overloaded`] by the guard's rules
+    /// (backlog limit, predicted wait against the request's deadline).
     pub fn with_admission(mut self, guard: BacklogGuard) -> Self {
         self.guard = Some(guard);
         self
@@ -83,7 +83,7 @@ impl FleetProducer {
     /// queue is full. Await the returned [`Delivery`] for the broker's ack.
     pub async fn send(&self, model: &ModelName, request: &Request) -> Result<Delivery, SendError> {
         if let Some(guard) = &self.guard {
-            guard.check(model).await?;
+            guard.check_request(model, request.deadline_ms).await?;
         }
         self.enqueue(model, request).await
     }
@@ -125,8 +125,8 @@ impl FleetProducer {
     /// before anything is sent, so a request is never sent in part.
     pub async fn send_fanout(&self, parts: &[(&ModelName, Request)]) -> Result<Vec<Delivery>, SendError> {
         if let Some(guard) = &self.guard {
-            for (model, _) in parts {
-                guard.check(model).await?;
+            for (model, request) in parts {
+                guard.check_request(model, request.deadline_ms).await?;
             }
         }
         let mut deliveries = Vec::with_capacity(parts.len());

@@ -73,6 +73,8 @@ pub struct Broker {
     process: Option<Killed>,
     port: u16,
     storage: Storage,
+    /// Further `nisshi broker` arguments (TLS, authentication).
+    extra: Vec<String>,
     pub addr: String,
 }
 
@@ -84,9 +86,52 @@ impl Broker {
 
     pub fn start_with(storage: Storage) -> Self {
         let port = free_port();
-        let mut broker = Self { process: None, port, storage, addr: format!("127.0.0.1:{port}") };
+        let mut broker = Self { process: None, port, storage, extra: Vec::new(), addr: format!("127.0.0.1:{port}") };
         broker.start_again();
         broker
+    }
+
+    /// A broker with further arguments, e.g. `--cert`/`--key` (its one
+    /// listener then speaks only TLS) or `--authentication` (SCRAM; needs
+    /// PostgreSQL storage, where users live).
+    pub fn start_secured(storage: Storage, extra: &[&str]) -> Self {
+        let port = free_port();
+        let extra = extra.iter().map(|a| a.to_string()).collect();
+        let mut broker = Self { process: None, port, storage, extra, addr: format!("127.0.0.1:{port}") };
+        broker.start_again();
+        broker
+    }
+
+    /// Restarts the broker with `extra` arguments instead (same port and
+    /// storage): users are made on a plain broker, then it restarts with
+    /// `--authentication`.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.kill();
+        self.extra = extra.iter().map(|a| a.to_string()).collect();
+        self.start_again();
+    }
+
+    /// `nisshi user create`: a SCRAM user (mechanism `scram256` or
+    /// `scram512`), through this broker while it runs without TLS or
+    /// authentication (the tool speaks neither).
+    pub fn create_user(&self, mechanism: &str, name: &str, password: &str) {
+        let bin = std::env::var("FLEET_NISSHI_BIN").unwrap_or_else(|_| "nisshi".into());
+        let status = Command::new(&bin)
+            .args([
+                "user",
+                "create",
+                "--broker",
+                &format!("tcp://{}", self.addr),
+                "--mechanism",
+                mechanism,
+                name,
+                password,
+            ])
+            .stdout(Stdio::null())
+            .stderr(log_file(&format!("nisshi-user-{}", self.port)))
+            .status()
+            .expect("nisshi user create");
+        assert!(status.success(), "nisshi user create failed (log in fleet-test-logs)");
     }
 
     /// SIGKILL: no goodbye to clients; what the storage keeps survives.
@@ -101,6 +146,7 @@ impl Broker {
         let mut child = Command::new(&bin)
             .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", &self.storage.engine_url()])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log_file(&format!("nisshi-{}", self.port)))
             .spawn()
@@ -121,7 +167,7 @@ impl Broker {
 }
 
 /// A fresh PostgreSQL database for a durable broker, on the local server
-/// (`FLEET_POSTGRES_URL`, default postgres://postgres@127.0.0.1/postgres),
+/// (`FLEET_POSTGRES_URL`, default postgres://postgres:postgres@127.0.0.1/postgres),
 /// dropped when this handle drops. Made with `psql`.
 pub struct PostgresDatabase {
     admin_url: String,
@@ -131,7 +177,7 @@ pub struct PostgresDatabase {
 impl PostgresDatabase {
     pub fn create(prefix: &str) -> Self {
         let admin_url = std::env::var("FLEET_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1/postgres?sslmode=disable".into());
+            .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1/postgres?sslmode=disable".into());
         let name = format!("{prefix}_{}_{}", std::process::id(), free_port());
         let database = Self { admin_url, name };
         database.psql(&format!("CREATE DATABASE {}", database.name));

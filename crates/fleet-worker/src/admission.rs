@@ -7,6 +7,7 @@
 //! Images are judged here from their header alone (format, declared type,
 //! canvas size), so nothing over the model's limits is ever decoded.
 
+use crate::lifecycle::ServingVersion;
 use crate::message::Inbound;
 use fleet_image::{Format, Header, ImageError, ImageLimits};
 use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId, Timings};
@@ -15,7 +16,8 @@ use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId
 #[derive(Debug, Clone)]
 pub struct AdmissionPolicy {
     pub model: ModelName,
-    pub version: u64,
+    /// The version answers are tagged with (swapped while serving).
+    pub version: ServingVersion,
     pub inputs: InputPolicy,
     /// The deadline when the producer set none: `ce_time` + this.
     pub request_ttl_ms: u64,
@@ -73,7 +75,7 @@ impl AdmissionPolicy {
         let created = Some(envelope.created_ms);
         let deadline_ms = envelope.effective_deadline_ms(self.request_ttl_ms);
         if deadline_ms <= now_ms {
-            let answer = Answer::expired(self.model.as_str(), self.version, self.timings(created, now_ms));
+            let answer = Answer::expired(self.model.as_str(), self.version.get(), self.timings(created, now_ms));
             return Admission::Answer { id: envelope.id, answer };
         }
         let payload = inbound.payload.as_deref().unwrap_or_default();
@@ -145,7 +147,8 @@ impl AdmissionPolicy {
         created_ms: Option<u64>,
         now_ms: u64,
     ) -> Admission {
-        let answer = Answer::error(self.model.as_str(), self.version, code, message, self.timings(created_ms, now_ms));
+        let answer =
+            Answer::error(self.model.as_str(), self.version.get(), code, message, self.timings(created_ms, now_ms));
         Admission::Answer { id, answer }
     }
 
@@ -175,7 +178,7 @@ mod tests {
     fn policy() -> AdmissionPolicy {
         AdmissionPolicy {
             model: ModelName::parse("minilm").unwrap(),
-            version: 4,
+            version: ServingVersion::new(4),
             inputs: InputPolicy::Text { max_text_bytes: 64 },
             request_ttl_ms: 30_000,
         }

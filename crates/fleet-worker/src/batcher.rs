@@ -157,13 +157,22 @@ pub struct BucketBatcher<T> {
     buckets: Vec<VecDeque<Held<T>>>,
     /// Measured model-call time per bucket (moving average), in ms.
     infer_ms: Vec<Option<f64>>,
+    /// Rows a batch of the bucket may hold since one ran out of device
+    /// memory (`cap_rows`); `max_batch_size` until then.
+    row_caps: Vec<usize>,
     held: usize,
 }
 
 impl<T> BucketBatcher<T> {
     pub fn new(limits: BucketLimits) -> Self {
         let n = limits.boundaries.len();
-        Self { buckets: (0..n).map(|_| VecDeque::new()).collect(), infer_ms: vec![None; n], limits, held: 0 }
+        Self {
+            buckets: (0..n).map(|_| VecDeque::new()).collect(),
+            infer_ms: vec![None; n],
+            row_caps: vec![limits.max_batch_size; n],
+            limits,
+            held: 0,
+        }
     }
 
     pub fn limits(&self) -> &BucketLimits {
@@ -193,6 +202,20 @@ impl<T> BucketBatcher<T> {
                 Some(avg) => 0.8 * avg + 0.2 * elapsed_ms,
             });
         }
+    }
+
+    /// Remembers that a batch of `bucket` fitted in device memory only with
+    /// at most `rows` rows: later batches of the bucket hold no more. Caps
+    /// only go down (at least 1: a single request always forms a batch).
+    pub fn cap_rows(&mut self, bucket: usize, rows: usize) {
+        if let Some(cap) = self.row_caps.get_mut(bucket) {
+            *cap = (*cap).min(rows.max(1));
+        }
+    }
+
+    /// The most rows a batch of `bucket` may hold now.
+    pub fn row_cap(&self, bucket: usize) -> usize {
+        self.row_caps.get(bucket).copied().unwrap_or(self.limits.max_batch_size)
     }
 
     /// The estimated model-call time of `bucket`, 0 before any measurement.
@@ -243,16 +266,17 @@ impl<T> BucketBatcher<T> {
     /// whether that batch is full (a budget, not the queue, stopped it).
     fn next_batch_rows(&self, bucket: usize) -> (usize, bool) {
         let queue = &self.buckets[bucket];
+        let cap = self.row_cap(bucket);
         let mut longest = 0;
         for (rows, held) in queue.iter().enumerate() {
             let padded = longest.max(held.len);
-            if rows > 0 && !self.limits.fits(rows + 1, padded) {
+            if rows > 0 && (rows + 1 > cap || !self.limits.fits(rows + 1, padded)) {
                 return (rows, true);
             }
             longest = padded;
         }
         let rows = queue.len();
-        (rows, rows >= self.limits.max_batch_size)
+        (rows, rows >= cap)
     }
 
     fn is_due(&self, bucket: usize, now_ms: u64) -> bool {
@@ -381,6 +405,28 @@ mod tests {
     }
 
     #[test]
+    fn a_row_cap_after_out_of_memory_shrinks_later_batches_of_that_bucket_only() {
+        let mut b = BucketBatcher::new(limits());
+        b.cap_rows(0, 2);
+        b.cap_rows(0, 3);
+        assert_eq!(b.row_cap(0), 2, "caps only go down");
+        b.cap_rows(1, 0);
+        assert_eq!(b.row_cap(1), 1, "a single request always fits a batch");
+        for i in 0..3 {
+            b.push(("short", i), 10, 1_000, 0);
+            b.push(("mid", i), 20, 1_000, 0);
+        }
+        // Two rows fill bucket 0's batch: it leaves without waiting.
+        let first = b.poll(0).batch.unwrap();
+        assert_eq!((first.bucket, first.items.len()), (0, 2));
+        let mut sizes: Vec<(usize, usize)> = Vec::new();
+        while let Some(batch) = b.flush(10).batch {
+            sizes.push((batch.bucket, batch.items.len()));
+        }
+        assert_eq!(sizes, vec![(0, 1), (1, 1), (1, 1), (1, 1)]);
+    }
+
+    #[test]
     fn default_boundaries_are_fine_grained_and_end_at_max_seq_len() {
         let b = default_boundaries(512);
         assert_eq!(&b[..16], &(1..=16).collect::<Vec<_>>()[..]);
@@ -408,6 +454,7 @@ mod tests {
         Push { len: usize, ttl_ms: u64 },
         Advance { ms: u64 },
         Observe { bucket: usize, ms: u64 },
+        Cap { bucket: usize, rows: usize },
     }
 
     fn events() -> impl Strategy<Value = Vec<Event>> {
@@ -415,6 +462,7 @@ mod tests {
             4 => (1usize..=140, 1u64..200).prop_map(|(len, ttl_ms)| Event::Push { len, ttl_ms }),
             2 => (0u64..15).prop_map(|ms| Event::Advance { ms }),
             1 => (0usize..4, 0u64..30).prop_map(|(bucket, ms)| Event::Observe { bucket, ms }),
+            1 => (0usize..4, 0usize..6).prop_map(|(bucket, rows)| Event::Cap { bucket, rows }),
         ];
         proptest::collection::vec(event, 0..120)
     }
@@ -435,7 +483,9 @@ mod tests {
     type Item = (usize, usize, u64);
 
     struct Run {
+        /// Each batch with the row cap of its bucket when it left.
         batches: Vec<(u64, Batch<Item>)>,
+        caps_at_batch: Vec<usize>,
         expired: Vec<(u64, Item)>,
         pushed: Vec<(u64, Item)>,
         input_stopped_ms: u64,
@@ -445,13 +495,17 @@ mod tests {
     /// is due (as the worker does), then lets time run out with no input.
     fn drive(limits: &BucketLimits, events: &[Event]) -> (Run, BucketBatcher<Item>) {
         let mut b = BucketBatcher::new(limits.clone());
-        let mut run = Run { batches: vec![], expired: vec![], pushed: vec![], input_stopped_ms: 0 };
+        let mut run =
+            Run { batches: vec![], caps_at_batch: vec![], expired: vec![], pushed: vec![], input_stopped_ms: 0 };
         let mut now = 0u64;
         let drain = |b: &mut BucketBatcher<Item>, now: u64, run: &mut Run| loop {
             let p = b.poll(now);
             run.expired.extend(p.expired.into_iter().map(|i| (now, i)));
             match p.batch {
-                Some(batch) => run.batches.push((now, batch)),
+                Some(batch) => {
+                    run.caps_at_batch.push(b.row_cap(batch.bucket));
+                    run.batches.push((now, batch));
+                }
                 None => break p.wake_at_ms,
             }
         };
@@ -464,6 +518,7 @@ mod tests {
                 }
                 Event::Advance { ms } => now += ms,
                 Event::Observe { bucket, ms } => b.observe_inference(bucket, ms as f64),
+                Event::Cap { bucket, rows } => b.cap_rows(bucket, rows),
             }
             drain(&mut b, now, &mut run);
         }
@@ -491,8 +546,9 @@ mod tests {
         #[test]
         fn every_batch_is_one_bucket_within_every_limit(limits in arbitrary_limits(), events in events()) {
             let (run, _) = drive(&limits, &events);
-            for (_, batch) in &run.batches {
+            for ((_, batch), cap) in run.batches.iter().zip(&run.caps_at_batch) {
                 prop_assert!(!batch.items.is_empty());
+                prop_assert!(batch.items.len() <= *cap, "{} rows over the bucket's cap {}", batch.items.len(), cap);
                 prop_assert!(batch.items.iter().all(|i| limits.bucket_of(i.1) == batch.bucket));
                 prop_assert_eq!(batch.lens.clone(), batch.items.iter().map(|i| i.1).collect::<Vec<_>>());
                 if batch.items.len() > 1 {

@@ -42,29 +42,29 @@ pub struct CachedOutput {
 pub struct FeatureCache {
     conn: ConnectionManager,
     model: ModelName,
-    version: u64,
 }
 
 impl FeatureCache {
-    pub async fn connect(client: redis::Client, model: ModelName, version: u64) -> Result<Self, redis::RedisError> {
+    pub async fn connect(client: redis::Client, model: ModelName) -> Result<Self, redis::RedisError> {
         // Short: a slow cache must not slow the batch more than it could save.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(Duration::from_millis(250)));
         let conn = ConnectionManager::new_with_config(client, config).await?;
-        Ok(Self { conn, model, version })
+        Ok(Self { conn, model })
     }
 
-    pub fn key(&self, input_hash: &str) -> String {
-        keys::feature_key(&self.model, self.version, input_hash)
+    pub fn key(&self, version: u64, input_hash: &str) -> String {
+        keys::feature_key(&self.model, version, input_hash)
     }
 
-    /// One MGET for a batch; `None` for misses, unreadable entries and errors.
-    pub async fn lookup(&mut self, hashes: &[&str]) -> Vec<Option<CachedOutput>> {
+    /// One MGET for a batch under `version`'s keys; `None` for misses,
+    /// unreadable entries and errors.
+    pub async fn lookup(&mut self, version: u64, hashes: &[&str]) -> Vec<Option<CachedOutput>> {
         if hashes.is_empty() {
             return Vec::new();
         }
-        let keys: Vec<String> = hashes.iter().map(|h| self.key(h)).collect();
+        let keys: Vec<String> = hashes.iter().map(|h| self.key(version, h)).collect();
         let values: Result<Vec<Option<String>>, _> = redis::cmd("MGET").arg(&keys).query_async(&mut self.conn).await;
         match values {
             Ok(values) => values.into_iter().map(|v| v.and_then(|json| serde_json::from_str(&json).ok())).collect(),

@@ -29,6 +29,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE")]
     pub kafka_properties_file: Option<PathBuf>,
     #[command(flatten)]
+    pub kafka_security: fleet_connect::kafka_security::KafkaSecurity,
+    #[command(flatten)]
     pub redis: fleet_connect::redis::RedisConfig,
     /// Where /metrics, /healthz and /ready are served.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
@@ -46,6 +48,15 @@ pub struct WorkerArgs {
     /// Most bytes (key + value + headers) held between reading and answering.
     #[arg(long, env = "FLEET_MAX_IN_FLIGHT_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_in_flight_bytes: usize,
+    /// Adaptive in-flight limit: the most it shrinks to (its ceiling is
+    /// --max-in-flight).
+    #[arg(long, env = "FLEET_MIN_IN_FLIGHT", default_value_t = 64)]
+    pub min_in_flight: usize,
+    /// Adaptive in-flight limit: the longest a request should wait inside the
+    /// worker before its batch runs. Batches held longer shrink the limit
+    /// (×0.8), shorter grow it (+1). 0s: a fixed --max-in-flight.
+    #[arg(long, env = "FLEET_IN_FLIGHT_TARGET_WAIT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub in_flight_target_wait: std::time::Duration,
     /// Reading resumes once both holdings fall to this percentage of their limits.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=99))]
     pub low_water_percent: u8,
@@ -69,6 +80,14 @@ pub struct WorkerArgs {
     /// Image models: most decodes running at once (they also wait for budget).
     #[arg(long, env = "FLEET_DECODE_THREADS", default_value_t = 2)]
     pub decode_threads: usize,
+    /// Activation bytes one batch may use, by the model's `[device]` estimate;
+    /// a batch over it is split. Default: none on CPU; on CUDA the device's
+    /// `memory_fraction` minus what the loaded model takes.
+    #[arg(long, env = "FLEET_ENGINE_MEMORY_LIMIT_BYTES")]
+    pub engine_memory_limit_bytes: Option<u64>,
+    /// How often the model repository is checked for a new version or pin.
+    #[arg(long, env = "FLEET_MODEL_POLL_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub model_poll_interval: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -93,6 +112,7 @@ impl WorkerArgs {
         fleet_connect::kafka::client_config(
             &self.brokers,
             self.kafka_properties_file.as_deref(),
+            &self.kafka_security,
             &self.kafka_properties,
         )
     }
@@ -123,6 +143,63 @@ pub struct ModelConfig {
     pub batching: BatchingConfig,
     #[serde(default)]
     pub ttl: TtlConfig,
+    #[serde(default)]
+    pub device: DeviceConfig,
+}
+
+/// `[device]`: precision and device memory. Applies on CUDA; on CPU the
+/// model runs fp32 and the memory limit is `--engine-memory-limit-bytes`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    #[serde(default)]
+    pub precision: Precision,
+    /// Share of the device's memory the worker may use (weights, context and
+    /// batches together).
+    #[serde(default = "default_memory_fraction")]
+    pub memory_fraction: f64,
+    /// Activation memory estimate per batch: per row, per token (rows ×
+    /// padded length) and per attention cell (rows × padded length²).
+    #[serde(default)]
+    pub bytes_per_row: u64,
+    #[serde(default)]
+    pub bytes_per_token: u64,
+    #[serde(default)]
+    pub bytes_per_attention_cell: u64,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            precision: Precision::default(),
+            memory_fraction: default_memory_fraction(),
+            bytes_per_row: 0,
+            bytes_per_token: 0,
+            bytes_per_attention_cell: 0,
+        }
+    }
+}
+
+impl DeviceConfig {
+    pub fn activation_cost(&self) -> crate::memory::ActivationCost {
+        crate::memory::ActivationCost {
+            bytes_per_row: self.bytes_per_row,
+            bytes_per_token: self.bytes_per_token,
+            bytes_per_attention_cell: self.bytes_per_attention_cell,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// fp16 on CUDA when its outputs match fp32's (cosine ≥ 0.999 on the
+    /// warm-up batch), else fp32. fp32 on CPU.
+    #[default]
+    Auto,
+    Fp32,
+    /// fp16 on CUDA even if the check fails (it is logged); fp32 on CPU.
+    Fp16,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -247,6 +324,9 @@ fn default_formats() -> Vec<String> {
 fn default_top_k() -> usize {
     5
 }
+fn default_memory_fraction() -> f64 {
+    0.9
+}
 fn default_request_ttl_ms() -> u64 {
     30_000
 }
@@ -342,6 +422,9 @@ impl ModelConfig {
             return Err(("batching.max_wait_ms", "must be at most 60000".into()));
         }
         limits.validate(max_seq_len).map_err(|e| (e.key, e.problem))?;
+        if !(self.device.memory_fraction > 0.0 && self.device.memory_fraction <= 1.0) {
+            return Err(("device.memory_fraction", format!("= {} must be within (0, 1]", self.device.memory_fraction)));
+        }
         for (key, value) in [
             ("ttl.request_ttl_ms", self.ttl.request_ttl_ms),
             ("ttl.result_ttl_s", self.ttl.result_ttl_s),
@@ -427,6 +510,17 @@ mod tests {
         assert!(err.starts_with("batching.max_wait_ms"), "{err}");
         let err = parse(&GOOD.replace("[text]\n        max_seq_len = 256\n", "")).unwrap_err();
         assert!(err.starts_with("text "), "{err}");
+    }
+
+    #[test]
+    fn the_device_section_defaults_and_validates() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!((c.device.precision, c.device.memory_fraction), (Precision::Auto, 0.9));
+        assert_eq!(c.device.activation_cost().estimate(4, 100), 0);
+        let c = parse(&format!("{GOOD}\n[device]\nprecision = \"fp32\"\nbytes_per_token = 10\n")).unwrap();
+        assert_eq!((c.device.precision, c.device.activation_cost().estimate(2, 5)), (Precision::Fp32, 100));
+        let err = parse(&format!("{GOOD}\n[device]\nmemory_fraction = 1.5\n")).unwrap_err();
+        assert!(err.starts_with("device.memory_fraction"), "{err}");
     }
 
     #[test]

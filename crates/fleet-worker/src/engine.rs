@@ -19,22 +19,67 @@ pub enum EngineError {
     #[error("loading {path}: {source}")]
     Load { path: String, source: tch::TchError },
     #[error("model call failed: {0}")]
-    Forward(#[from] tch::TchError),
+    Forward(tch::TchError),
+    /// The batch did not fit: the memory guard refused it, or libtorch's
+    /// allocator failed. Split and retried, unlike the other errors.
+    #[error("out of device memory: {0}")]
+    OutOfMemory(String),
     #[error("CUDA was asked for, but libtorch sees no CUDA device")]
     NoCuda,
     #[error("model returned shape {got:?}, expected [{rows}, dim]")]
     BadShape { got: Vec<i64>, rows: usize },
     #[error("labels: {0}")]
     Labels(String),
+    #[error("warm-up failed: {0}")]
+    WarmUp(String),
+    #[error("{0}")]
+    Incompatible(String),
+}
+
+impl From<tch::TchError> for EngineError {
+    fn from(e: tch::TchError) -> Self {
+        let message = e.to_string();
+        if crate::memory::is_out_of_memory(&message) {
+            // The first line names the allocation; the rest is a C++ backtrace.
+            Self::OutOfMemory(message.lines().next().unwrap_or_default().to_owned())
+        } else {
+            Self::Forward(e)
+        }
+    }
 }
 
 pub fn choose_device(choice: DeviceChoice) -> Result<Device, EngineError> {
+    if choice != DeviceChoice::Cpu {
+        load_cuda_backend();
+    }
     match choice {
         DeviceChoice::Cpu => Ok(Device::Cpu),
         DeviceChoice::Auto => Ok(Device::cuda_if_available()),
         DeviceChoice::Cuda if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
         DeviceChoice::Cuda => Err(EngineError::NoCuda),
     }
+}
+
+/// Makes libtorch's CUDA backend available to a binary linked against a
+/// CPU libtorch, when the libtorch found at run time has one: its kernels
+/// register themselves as `libtorch_cuda.so` loads. This is how one build
+/// serves on CPU and on CUDA machines (LD_LIBRARY_PATH picks the libtorch,
+/// see scripts/gpu-check.sh). Loading fails harmlessly where there is none.
+fn load_cuda_backend() {
+    static LOADED: std::sync::Once = std::sync::Once::new();
+    LOADED.call_once(|| {
+        use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+        // SAFETY: libtorch_cuda's initialisers only register kernels with
+        // the libtorch this process already uses; the library stays loaded
+        // for the life of the process (forgotten, never unloaded).
+        match unsafe { Library::open(Some("libtorch_cuda.so"), RTLD_NOW | RTLD_GLOBAL) } {
+            Ok(library) => {
+                std::mem::forget(library);
+                tracing::info!("libtorch_cuda.so loaded");
+            }
+            Err(e) => tracing::debug!(error = %e, "no libtorch_cuda.so: CPU only"),
+        }
+    });
 }
 
 /// A padded batch: row-major `rows × len` ids and the matching 0/1 mask.
@@ -76,6 +121,12 @@ impl TextEngine {
 
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// Converts the weights to fp16 (CUDA). Inputs stay integer ids; outputs
+    /// are read back as f32.
+    pub fn use_half_precision(&mut self) {
+        self.module.to(self.device, Kind::Half, false);
     }
 
     /// One embedding per row, in row order.
@@ -149,12 +200,40 @@ impl ImageEngine {
         Ok(Self { module, device, size: size as usize, labels })
     }
 
+    /// Converts the weights to fp16 (CUDA). The input stays uint8 RGB.
+    pub fn use_half_precision(&mut self) {
+        self.module.to(self.device, Kind::Half, false);
+    }
+
+    /// Every class's probability for each image, as f32.
+    pub fn probabilities(&self, images: &[&[u8]]) -> Result<Vec<Vec<f32>>, EngineError> {
+        if images.is_empty() {
+            return Ok(Vec::new());
+        }
+        let probabilities = self.forward(images)?;
+        Ok(Vec::<Vec<f32>>::try_from(&probabilities.to_device(Device::Cpu).to_kind(Kind::Float).contiguous())?)
+    }
+
     /// The `top_k` most probable classes of each image (`size² × 3` RGB
     /// bytes), most probable first.
     pub fn classify(&self, images: &[&[u8]], top_k: usize) -> Result<Vec<Vec<Scored>>, EngineError> {
         if images.is_empty() {
             return Ok(Vec::new());
         }
+        let probabilities = self.forward(images)?;
+        let k = top_k.min(self.labels.len()) as i64;
+        let (values, indices) = probabilities.topk(k, 1, true, true);
+        let values = Vec::<Vec<f32>>::try_from(&values.to_device(Device::Cpu).to_kind(Kind::Float).contiguous())?;
+        let indices = Vec::<Vec<i64>>::try_from(&indices.to_device(Device::Cpu).contiguous())?;
+        Ok(values
+            .into_iter()
+            .zip(indices)
+            .map(|(ps, is)| is.into_iter().zip(ps).map(|(i, p)| Scored { index: i as usize, probability: p }).collect())
+            .collect())
+    }
+
+    /// `[rows, classes]` probabilities on the device.
+    fn forward(&self, images: &[&[u8]]) -> Result<Tensor, EngineError> {
         let rows = images.len();
         let pixels: Vec<u8> = images.concat();
         let shape = [rows as i64, self.size as i64, self.size as i64, 3];
@@ -168,15 +247,7 @@ impl ImageEngine {
         if size.len() != 2 || size[0] != rows as i64 || size[1] != self.labels.len() as i64 {
             return Err(EngineError::BadShape { got: size, rows });
         }
-        let k = top_k.min(self.labels.len()) as i64;
-        let (values, indices) = probabilities.topk(k, 1, true, true);
-        let values = Vec::<Vec<f32>>::try_from(&values.to_device(Device::Cpu).to_kind(Kind::Float).contiguous())?;
-        let indices = Vec::<Vec<i64>>::try_from(&indices.to_device(Device::Cpu).contiguous())?;
-        Ok(values
-            .into_iter()
-            .zip(indices)
-            .map(|(ps, is)| is.into_iter().zip(ps).map(|(i, p)| Scored { index: i as usize, probability: p }).collect())
-            .collect())
+        Ok(probabilities)
     }
 }
 

@@ -30,6 +30,11 @@ impl FlowGate {
         Self { limits, paused: false }
     }
 
+    /// The message limit now (the adaptive in-flight limit moves it).
+    pub fn set_max_messages(&mut self, max_messages: usize) {
+        self.limits.max_messages = max_messages.max(1);
+    }
+
     pub fn is_paused(&self) -> bool {
         self.paused
     }

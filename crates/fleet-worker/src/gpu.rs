@@ -7,6 +7,12 @@
 use crate::metrics as m;
 use nvml_wrapper::Nvml;
 
+/// (total, used) bytes of one device, read once.
+pub fn device_memory(index: u32) -> Result<(u64, u64), nvml_wrapper::error::NvmlError> {
+    let memory = Nvml::init()?.device_by_index(index)?.memory_info()?;
+    Ok((memory.total, memory.used))
+}
+
 pub struct GpuMemory {
     nvml: Nvml,
 }

@@ -36,6 +36,21 @@ pub const WORKER_READY: &str = "fleet_worker_ready";
 pub const GPU_MEMORY_USED_BYTES: &str = "nv_gpu_memory_used_bytes";
 pub const GPU_MEMORY_TOTAL_BYTES: &str = "nv_gpu_memory_total_bytes";
 
+/// The model version serving now.
+pub const MODEL_VERSION: &str = "fleet_model_version";
+/// Versions swapped in while serving (the first load is not a swap).
+pub const MODEL_SWAPS_TOTAL: &str = "fleet_model_swaps_total";
+/// Versions refused, by reason (load, warm_up, tokenizer_changed).
+pub const MODEL_LOAD_FAILURES_TOTAL: &str = "fleet_model_load_failures_total";
+/// Batches halved because they did not fit in device memory.
+pub const OOM_SPLITS_TOTAL: &str = "fleet_oom_splits_total";
+
+/// Answers per second of busy engine time over the last seconds: the rate
+/// a backlog drains at (published with it: producers predict waits from it).
+pub const DRAIN_RATE: &str = "fleet_drain_rate";
+/// The in-flight limit now (adaptive: moves with batch latency).
+pub const IN_FLIGHT_LIMIT: &str = "fleet_in_flight_limit";
+
 /// The dead-letter reasons a worker can give (fleet_proto::Rejection).
 pub const DLQ_REASONS: &[&str] = &["unreadable_request_id"];
 
@@ -76,6 +91,12 @@ pub fn register(model: &str) {
     describe_gauge!(WORKER_READY, "1 while /ready passes: model warm, broker and Redis reachable");
     describe_gauge!(GPU_MEMORY_USED_BYTES, Unit::Bytes, "Device memory in use (NVML), CUDA workers only");
     describe_gauge!(GPU_MEMORY_TOTAL_BYTES, Unit::Bytes, "Device memory in all (NVML), CUDA workers only");
+    describe_gauge!(MODEL_VERSION, "The model version serving now");
+    describe_counter!(MODEL_SWAPS_TOTAL, "Model versions swapped in while serving");
+    describe_counter!(MODEL_LOAD_FAILURES_TOTAL, "Model versions refused (failed to load or warm up), by reason");
+    describe_counter!(OOM_SPLITS_TOTAL, "Batches halved because they did not fit in device memory");
+    describe_gauge!(DRAIN_RATE, "Answers per second of busy engine time, over the last 5 s");
+    describe_gauge!(IN_FLIGHT_LIMIT, "Messages the worker may hold now (adaptive: follows batch latency)");
     fleet_ops::probe::describe();
 
     let model = model.to_owned();
@@ -85,10 +106,15 @@ pub fn register(model: &str) {
     for reason in DLQ_REASONS {
         counter!(DLQ_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
     }
-    for name in [TTL_DROPPED_TOTAL, MODEL_ROWS_TOTAL, CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL] {
+    for reason in crate::watcher::LOAD_FAILURE_REASONS {
+        counter!(MODEL_LOAD_FAILURES_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
+    }
+    for name in
+        [TTL_DROPPED_TOTAL, MODEL_ROWS_TOTAL, CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL, MODEL_SWAPS_TOTAL, OOM_SPLITS_TOTAL]
+    {
         counter!(name, "model" => model.clone()).absolute(0);
     }
-    for name in [QUEUE_DEPTH, CONSUMER_PAUSED, WORKER_READY] {
+    for name in [QUEUE_DEPTH, CONSUMER_PAUSED, WORKER_READY, MODEL_VERSION, DRAIN_RATE] {
         gauge!(name, "model" => model.clone()).set(0.0);
     }
     gauge!(IMAGE_DECODE_BYTES_IN_USE).set(0.0);

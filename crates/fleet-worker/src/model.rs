@@ -2,10 +2,13 @@
 //! is, how the model is warmed up, and its outputs as answer JSON. The
 //! pipeline batches and retries without knowing which kind it serves.
 
+use crate::batcher::BucketLimits;
 use crate::cache::{pixels_hash, tokens_hash};
-use crate::config::ModelKind;
+use crate::config::{ModelKind, Precision};
 use crate::engine::{EngineError, ImageEngine, TextEngine};
+use crate::memory::MemoryGuard;
 use crate::repository::ModelVersion;
+use crate::split::{run_with_split, CallError, RowFailure, SplitRun};
 use serde_json::{json, Value};
 use tch::Device;
 
@@ -42,51 +45,117 @@ impl ModelInput {
     }
 }
 
-pub enum Model {
+enum Engine {
     Text(TextEngine),
-    Image { engine: ImageEngine, top_k: usize, size: u32 },
+    Image { engine: ImageEngine, top_k: usize },
+}
+
+/// A loaded, warm version: the engine, the memory guard in front of it,
+/// and the precision it runs at.
+pub struct Model {
+    engine: Engine,
+    guard: MemoryGuard,
+    pub half: bool,
+}
+
+/// What warming up found: the batches that had to be split to fit, as
+/// (bucket, most rows that fit), for the batcher to start with.
+#[derive(Debug, Default)]
+pub struct WarmUp {
+    pub row_caps: Vec<(usize, usize)>,
 }
 
 impl Model {
-    /// Loads the version's model.pt (and labels for image models).
-    pub fn load(version: &ModelVersion, device: Device) -> Result<Self, EngineError> {
-        let model = version.file("model.pt");
-        match version.config.kind {
-            ModelKind::Text => Ok(Self::Text(TextEngine::load(&model, device)?)),
-            ModelKind::Image => {
-                let image = version.config.image().expect("validated: image models have [image]");
-                let engine = ImageEngine::load(&model, &version.file("labels.txt"), image.size, device)?;
-                Ok(Self::Image { engine, top_k: image.top_k, size: image.size })
+    /// Loads the version's model.pt (and labels for image models). On CUDA,
+    /// fp16 is used when the precision setting allows and its outputs on
+    /// `sample` match fp32's (cosine ≥ [`FP16_MIN_COSINE`]).
+    pub fn load(
+        version: &ModelVersion,
+        device: Device,
+        guard: MemoryGuard,
+        sample: &ModelInput,
+    ) -> Result<Self, EngineError> {
+        let fp32 = Self { engine: Engine::load(version, device)?, guard, half: false };
+        let precision = version.config.device.precision;
+        if !device.is_cuda() || precision == Precision::Fp32 {
+            return Ok(fp32);
+        }
+        let mut half = Self { engine: Engine::load(version, device)?, guard, half: true };
+        half.engine.use_half_precision();
+        let rows = [sample, sample];
+        let agreement = fp32.raw(&rows).and_then(|a| half.raw(&rows).map(|b| min_cosine(&a, &b)));
+        match (agreement, precision) {
+            (Ok(cosine), _) if cosine >= FP16_MIN_COSINE => {
+                tracing::info!(cosine, "fp16 outputs match fp32; serving fp16");
+                Ok(half)
+            }
+            (Ok(cosine), Precision::Fp16) => {
+                tracing::warn!(cosine, "fp16 outputs differ from fp32; serving fp16 as configured");
+                Ok(half)
+            }
+            (Ok(cosine), _) => {
+                tracing::warn!(cosine, "fp16 outputs differ from fp32; serving fp32");
+                Ok(fp32)
+            }
+            (Err(e), _) => {
+                tracing::warn!(error = %e, "the model does not run in fp16; serving fp32");
+                Ok(fp32)
             }
         }
     }
 
-    /// Runs every input shape class once, so the first real requests do not
-    /// pay for libtorch's first-call optimisation (+25–35 ms per new shape).
-    pub fn warm_up(&self, max_batch_size: usize) -> Result<(), EngineError> {
-        match self {
-            Self::Text(engine) => {
-                for len in [8usize, 32, 128] {
-                    let row: Vec<i64> =
-                        std::iter::once(101).chain(std::iter::repeat_n(1000, len - 2)).chain([102]).collect();
-                    engine.embed(&[&row, &row[..len / 2]])?;
+    /// Sets the bytes a batch may use (the estimate is the model config's).
+    pub fn set_memory_limit(&mut self, limit: Option<u64>) {
+        self.guard.limit = limit;
+    }
+
+    /// Runs every bucket's shape on real input stretched to the bucket's
+    /// bound, so that libtorch's first-call optimisation (+25–35 ms per new
+    /// shape) is not met by live traffic. Under a memory limit (CUDA, or
+    /// `--engine-memory-limit-bytes`) each bucket's *largest* batch runs,
+    /// so a batch too big for the device is found here: it is split, and
+    /// what fitted comes back as the bucket's row cap. Without a limit one
+    /// row per bucket does (the largest batches cost 26 s on 2 CPU cores
+    /// and find nothing; a worker joining a busy host must not take that
+    /// long). Any other failure refuses the version.
+    pub fn warm_up(&self, limits: &BucketLimits, sample: &ModelInput) -> Result<WarmUp, EngineError> {
+        let mut warm = WarmUp::default();
+        for (bucket, &bound) in limits.boundaries.iter().enumerate() {
+            let row = stretch(sample, bound);
+            let fitting = (1..=limits.max_batch_size).rev().find(|&r| limits.fits(r, row.len())).unwrap_or(1);
+            let most = if self.guard.limit.is_some() { fitting } else { 1 };
+            // Image batches differ by row count only: warm every count
+            // (about 10 ms an image on a CPU).
+            let counts: Vec<usize> = match self.engine {
+                Engine::Image { .. } => (1..=fitting).collect(),
+                Engine::Text(_) => vec![most],
+            };
+            for rows in counts {
+                let batch = vec![&row; rows];
+                let run = self.infer_split(&batch);
+                if let Some(Err(RowFailure::Failed(m))) =
+                    run.outputs.iter().find(|o| matches!(o, Err(RowFailure::Failed(_))))
+                {
+                    return Err(EngineError::WarmUp(m.clone()));
                 }
-            }
-            Self::Image { engine, size, .. } => {
-                // Every batch size is its own shape for an image model.
-                let image = vec![128u8; (*size as usize).pow(2) * 3];
-                for rows in 1..=max_batch_size {
-                    engine.classify(&vec![image.as_slice(); rows], 1)?;
+                if let Some(cap) = run.row_cap {
+                    tracing::warn!(bucket, bound, rows, fits = cap, "warm-up batch did not fit; capping the bucket");
+                    warm.row_caps.push((bucket, cap));
+                    break;
                 }
             }
         }
-        Ok(())
+        Ok(warm)
     }
 
-    /// One output per input, in order, as the answer's `output` JSON.
+    /// One output per input, in order, as the answer's `output` JSON. A
+    /// batch over the memory guard's limit fails with `OutOfMemory` before
+    /// the model runs.
     pub fn infer(&self, inputs: &[&ModelInput]) -> Result<Vec<Value>, EngineError> {
-        match self {
-            Self::Text(engine) => {
+        let padded_len = inputs.iter().map(|i| i.len()).max().unwrap_or(0);
+        self.guard.check(inputs.len(), padded_len).map_err(|over| EngineError::OutOfMemory(over.to_string()))?;
+        match &self.engine {
+            Engine::Text(engine) => {
                 let rows: Vec<&[i64]> = inputs.iter().map(|input| token_ids(input)).collect();
                 let embeddings = engine.embed(&rows)?;
                 Ok(inputs
@@ -98,7 +167,7 @@ impl Model {
                     })
                     .collect())
             }
-            Self::Image { engine, top_k, .. } => {
+            Engine::Image { engine, top_k, .. } => {
                 let images: Vec<&[u8]> = inputs.iter().map(|input| pixels(input)).collect();
                 let scored = engine.classify(&images, *top_k)?;
                 Ok(scored
@@ -121,6 +190,94 @@ impl Model {
                     .collect())
             }
         }
+    }
+
+    /// [`infer`](Self::infer), halving the batch while it does not fit in
+    /// device memory (`split::run_with_split`): one result per input.
+    pub fn infer_split(&self, inputs: &[&ModelInput]) -> SplitRun<Value> {
+        run_with_split(inputs, &mut |part| {
+            self.infer(part).map_err(|e| match e {
+                EngineError::OutOfMemory(message) => CallError::OutOfMemory(message),
+                other => CallError::Failed(other.to_string()),
+            })
+        })
+    }
+
+    /// The model's raw output vectors (embeddings, or all class
+    /// probabilities), for comparing precisions.
+    fn raw(&self, inputs: &[&ModelInput]) -> Result<Vec<Vec<f32>>, EngineError> {
+        match &self.engine {
+            Engine::Text(engine) => engine.embed(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
+            Engine::Image { engine, .. } => engine.probabilities(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
+        }
+    }
+}
+
+impl Engine {
+    fn load(version: &ModelVersion, device: Device) -> Result<Self, EngineError> {
+        let model = version.file("model.pt");
+        match version.config.kind {
+            ModelKind::Text => Ok(Self::Text(TextEngine::load(&model, device)?)),
+            ModelKind::Image => {
+                let image = version.config.image().expect("validated: image models have [image]");
+                let engine = ImageEngine::load(&model, &version.file("labels.txt"), image.size, device)?;
+                Ok(Self::Image { engine, top_k: image.top_k })
+            }
+        }
+    }
+
+    fn use_half_precision(&mut self) {
+        match self {
+            Self::Text(engine) => engine.use_half_precision(),
+            Self::Image { engine, .. } => engine.use_half_precision(),
+        }
+    }
+}
+
+/// fp16 is served only when every output's cosine to fp32's reaches this.
+pub const FP16_MIN_COSINE: f32 = 0.999;
+
+/// The smallest cosine similarity between paired rows; 0 when the shapes
+/// differ (they cannot agree).
+pub fn min_cosine(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    if a.len() != b.len() || a.is_empty() {
+        return 0.0;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            if x.len() != y.len() {
+                return 0.0;
+            }
+            let dot: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+            let norm = |v: &[f32]| v.iter().map(|p| p * p).sum::<f32>().sqrt();
+            let denominator = norm(x) * norm(y);
+            if denominator == 0.0 || !dot.is_finite() {
+                0.0
+            } else {
+                dot / denominator
+            }
+        })
+        .fold(f32::INFINITY, f32::min)
+}
+
+/// A sample input made `len` batcher units long: for text, its first and
+/// last tokens ([CLS], [SEP]) around its body repeated; images are one unit.
+pub fn stretch(sample: &ModelInput, len: usize) -> ModelInput {
+    match sample {
+        ModelInput::Tokens { ids, .. } if ids.len() >= 2 && len >= 2 => {
+            let body = &ids[1..ids.len() - 1];
+            let filler: Vec<i64> = if body.is_empty() { vec![ids[0]] } else { body.to_vec() };
+            let mut row = Vec::with_capacity(len);
+            row.push(ids[0]);
+            row.extend(filler.iter().cycle().take(len - 2));
+            row.push(ids[ids.len() - 1]);
+            ModelInput::Tokens { ids: row, truncated: false }
+        }
+        ModelInput::Tokens { ids, .. } => {
+            ModelInput::Tokens { ids: ids.iter().copied().cycle().take(len.max(1)).collect(), truncated: false }
+        }
+        ModelInput::Pixels(_) => sample.clone(),
     }
 }
 
@@ -153,5 +310,29 @@ mod tests {
         let text = ModelInput::Tokens { ids: vec![101, 7, 102], truncated: false };
         assert_eq!(text.len(), 3);
         assert_eq!(text.hash(), tokens_hash(&[101, 7, 102]));
+    }
+
+    #[test]
+    fn a_sample_stretches_to_any_length_keeping_its_ends() {
+        let sample = ModelInput::Tokens { ids: vec![101, 7, 8, 102], truncated: true };
+        let ids = |input: ModelInput| match input {
+            ModelInput::Tokens { ids, .. } => ids,
+            ModelInput::Pixels(_) => unreachable!(),
+        };
+        assert_eq!(ids(stretch(&sample, 7)), vec![101, 7, 8, 7, 8, 7, 102]);
+        assert_eq!(ids(stretch(&sample, 2)), vec![101, 102]);
+        assert_eq!(ids(stretch(&sample, 1)), vec![101]);
+        let image = ModelInput::Pixels(vec![1, 2, 3]);
+        assert_eq!(stretch(&image, 40), image);
+    }
+
+    #[test]
+    fn cosine_agreement_is_the_worst_row() {
+        let a = vec![vec![1.0, 0.0], vec![0.0, 2.0]];
+        assert!((min_cosine(&a, &a) - 1.0).abs() < 1e-6);
+        let b = vec![vec![1.0, 0.0], vec![1.0, 1.0]];
+        assert!((min_cosine(&a, &b) - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+        assert_eq!(min_cosine(&a, &a[..1]), 0.0, "a missing row cannot agree");
+        assert_eq!(min_cosine(&[vec![f32::NAN]], &[vec![1.0]]), 0.0);
     }
 }

@@ -13,24 +13,30 @@ use crate::batcher::{Batch, BucketBatcher, BucketLimits};
 use crate::cache::{CachedOutput, FeatureCache};
 use crate::config::{ModelKind, WorkerArgs};
 use crate::decode_budget::DecodeBudget;
-use crate::engine::choose_device;
+use crate::drain::DrainMeter;
+use crate::engine::{choose_device, EngineError};
 use crate::flow::{FlowGate, FlowLimits, Transition};
 use crate::gpu::GpuMemory;
 use crate::health::{self, Health};
+use crate::in_flight_limit::{InFlightLimit, LimitSettings};
+use crate::lifecycle::{Refusals, ServingVersion};
 use crate::message::{Inbound, Position};
 use crate::metrics as m;
-use crate::model::{Model, ModelInput};
+use crate::model::ModelInput;
 use crate::repository::{self, ModelVersion};
+use crate::serve::{EngineCommand, EngineThread, Feedback};
 use crate::sink::{BacklogPublisher, DeadLetters, Finished, ResultSink};
 use crate::source::{Committer, Source};
 use crate::tokenize::{TextTokenizer, TokenizeError};
+use crate::watcher::{load_version, record_refusal, LoadContext, Refused, Warmed, Watcher};
 use anyhow::{bail, Context, Result};
 use fleet_image::InputGeometry;
 use fleet_ops::endpoints::{self, Checks};
-use fleet_proto::{keys, Answer, ErrorCode, ModelName, RequestId, Status, Timings};
+use fleet_proto::{Answer, ErrorCode, ModelName, RequestId, Status, Timings};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Wall-clock now in Unix epoch ms: deadlines and `ce_time` are wall clock.
@@ -40,19 +46,21 @@ pub fn now_ms() -> u64 {
 
 /// A prepared request (tokenized or decoded) waiting for a batch.
 #[derive(Debug)]
-struct Job {
-    position: Position,
-    id: RequestId,
-    input: ModelInput,
+pub(crate) struct Job {
+    pub(crate) position: Position,
+    pub(crate) id: RequestId,
+    pub(crate) input: ModelInput,
     /// Feature-cache address of `input`.
-    input_hash: String,
-    created_ms: u64,
-    deadline_ms: u64,
+    pub(crate) input_hash: String,
+    pub(crate) created_ms: u64,
+    pub(crate) deadline_ms: u64,
+    /// When the worker read it: how long it has been held since.
+    pub(crate) read_ms: u64,
 }
 
 impl Job {
     fn new(position: Position, id: RequestId, input: ModelInput, created_ms: u64, deadline_ms: u64) -> Self {
-        Self { position, id, input_hash: input.hash(), input, created_ms, deadline_ms }
+        Self { position, id, input_hash: input.hash(), input, created_ms, deadline_ms, read_ms: now_ms() }
     }
 }
 
@@ -66,7 +74,7 @@ enum Preparation {
     Image { budget: DecodeBudget, slots: Arc<Semaphore>, geometry: InputGeometry },
 }
 
-enum SinkItem {
+pub(crate) enum SinkItem {
     Answers(Vec<Finished>),
     DeadLetter { inbound: Box<Inbound>, reason: &'static str, detail: String },
 }
@@ -76,35 +84,33 @@ const JOB_QUEUE: usize = 256;
 /// Batches formed ahead of the engine: one runs while the next is formed.
 const BATCH_QUEUE: usize = 1;
 const SINK_QUEUE: usize = 64;
+/// How long the first contact with Kafka may take before the worker goes on
+/// (unreachable: librdkafka keeps trying) or stops (a settings problem).
+const KAFKA_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result<()> {
-    let version = repository::resolve(&args.model_repo, &args.model)?;
-    let (inputs, preparation) = match version.config.kind {
-        ModelKind::Text => {
-            let text = version.config.text().context("text model without [text]")?;
-            let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, text.truncate)?;
-            (InputPolicy::Text { max_text_bytes: text.max_text_bytes }, Preparation::Text(Box::new(tokenizer)))
-        }
-        ModelKind::Image => {
-            let image = version.config.image().context("image model without [image]")?;
-            let preparation = Preparation::Image {
-                budget: DecodeBudget::new(args.decode_budget_bytes),
-                slots: Arc::new(Semaphore::new(args.decode_threads.max(1))),
-                geometry: image.geometry(),
-            };
-            (InputPolicy::Image { limits: image.limits() }, preparation)
-        }
-    };
+    let device = choose_device(args.device)?;
+    // Once, before any libtorch work: batches run one at a time on the
+    // engine thread, each parallel inside (intra-op threads).
+    tch::set_num_interop_threads(1);
+    let health = Arc::new(Health::default());
+    serve_endpoints(&args, health.clone()).await?;
+    let mut kafka = args.kafka_config()?;
+    // Wrong credentials or an untrusted certificate end the worker here,
+    // with the reason, before the model loads (not as endless retries).
+    let probe = kafka.clone();
+    tokio::task::spawn_blocking(move || fleet_connect::kafka_check::check_at_start(&probe, KAFKA_CHECK_TIMEOUT))
+        .await??;
+    let first = load_first_version(&args, device).await?;
+    let FirstVersion { version, warmed, preparation, inputs, tokenizer, ctx, refusals } = first;
+    let serving = ServingVersion::new(version.version);
     let policy = AdmissionPolicy {
         model: args.model.clone(),
-        version: version.version,
+        version: serving.clone(),
         inputs,
         request_ttl_ms: version.config.ttl.request_ttl_ms,
     };
-    let health = Arc::new(Health::default());
-    serve_endpoints(&args, health.clone()).await?;
 
-    let mut kafka = args.kafka_config()?;
     if version.config.kind == ModelKind::Image && kafka.get("max.partition.fetch.bytes").is_none() {
         // One image message (up to 20 MB + headers) must fit a fetch
         // (librdkafka's default: 1 MB per partition). Text models keep the
@@ -116,17 +122,43 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     let results = ResultSink::connect(redis.clone(), ttl.result_ttl_s, ttl.feature_ttl_s)
         .await
         .with_context(|| format!("connecting to Redis at {}", args.redis.redacted_url()))?;
-    let cache = FeatureCache::connect(redis.clone(), args.model.clone(), version.version).await?;
+    let cache = FeatureCache::connect(redis.clone(), args.model.clone()).await?;
     let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic())?;
 
     let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
-    let (compute_tx, compute_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
+    let (command_tx, command_rx) = mpsc::channel::<EngineCommand>(BATCH_QUEUE);
     let (sink_tx, sink_rx) = mpsc::channel::<SinkItem>(SINK_QUEUE);
-    let (timing_tx, timing_rx) = mpsc::unbounded_channel::<BatchTiming>();
-    let engine = spawn_engine(&args, &version, compute_rx, sink_tx.clone(), timing_tx, health.clone())?;
-    engine.ready.await.context("engine thread died during warm-up")??;
+    let (feedback_tx, feedback_rx) = mpsc::unbounded_channel::<Feedback>();
+    for &(bucket, rows) in &warmed.warm.row_caps {
+        let _ = feedback_tx.send(Feedback::RowCap { bucket, rows });
+    }
+    let busy_us = Arc::new(AtomicU64::new(0));
+    let engine = EngineThread {
+        model: args.model.clone(),
+        busy_us: busy_us.clone(),
+        threads: ctx.threads,
+        serving: serving.clone(),
+        health: health.clone(),
+        commands: command_rx,
+        sink: sink_tx.clone(),
+        feedback: feedback_tx.clone(),
+    }
+    .spawn(warmed.loaded)?;
     health.set_warm();
     tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
+    let watcher = Watcher {
+        repo: args.model_repo.clone(),
+        model: args.model.clone(),
+        ctx: ctx.clone(),
+        serving: serving.clone(),
+        refusals,
+        interval: args.model_poll_interval,
+        tokenizer,
+        commands: command_tx.clone(),
+        feedback: feedback_tx,
+    };
+    let (stop_watching, watching_stopped) = oneshot::channel::<()>();
+    let watching = tokio::spawn(watcher.run(watching_stopped));
 
     let source = Arc::new(Source::subscribe(
         kafka,
@@ -138,29 +170,61 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     let committer = source.committer();
     let backlog = BacklogPublisher::connect(redis, &args.model, args.worker_id()).await?;
     let (stop_reporting, reporting_stopped) = oneshot::channel::<()>();
-    let gpu = (engine.device != tch::Device::Cpu).then(open_gpu_memory).flatten();
+    let gpu = device.is_cuda().then(open_gpu_memory).flatten();
     let ready_gauge = metrics::gauge!(m::WORKER_READY, "model" => args.model.to_string());
-    let status = StatusReport { source: source.clone(), publisher: backlog, health: health.clone(), gpu, ready_gauge };
+    let answered = Arc::new(AtomicU64::new(0));
+    let status = StatusReport {
+        answered: answered.clone(),
+        busy_us: busy_us.clone(),
+        drain_gauge: metrics::gauge!(m::DRAIN_RATE, "model" => args.model.to_string()),
+        source: source.clone(),
+        publisher: backlog,
+        health: health.clone(),
+        gpu,
+        ready_gauge,
+    };
     let reporter = tokio::spawn(report_status(status, reporting_stopped));
-    let sink = tokio::spawn(run_sink(args.model.clone(), sink_rx, results, dead_letters, committer.clone()));
+    let outlets = SinkOutlets { results, dead_letters, committer: committer.clone(), answered };
+    let sink = tokio::spawn(run_sink(args.model.clone(), sink_rx, outlets));
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
-    let limits = version.config.batching.limits(version.config.max_input_len());
-    let stages = BatcherStages { jobs: job_rx, batches: batch_tx, timings: timing_rx, sink: sink_tx.clone() };
-    let batcher = tokio::spawn(run_batcher(stages, limits, policy.clone()));
-    let cached = tokio::spawn(run_cache(batch_rx, compute_tx, sink_tx.clone(), cache, policy.clone()));
+    let in_flight_now = Arc::new(AtomicUsize::new(args.max_in_flight.max(1)));
+    let in_flight = (!args.in_flight_target_wait.is_zero()).then(|| {
+        InFlightLimit::new(LimitSettings {
+            floor: args.min_in_flight.min(args.max_in_flight).max(1),
+            ceiling: args.max_in_flight.max(1),
+            target_ms: args.in_flight_target_wait.as_secs_f64() * 1000.0,
+            backoff: 0.8,
+        })
+    });
+    metrics::gauge!(m::IN_FLIGHT_LIMIT, "model" => args.model.to_string()).set(args.max_in_flight as f64);
+    let stages = BatcherStages {
+        jobs: job_rx,
+        batches: batch_tx,
+        feedback: feedback_rx,
+        sink: sink_tx.clone(),
+        in_flight,
+        in_flight_now: in_flight_now.clone(),
+    };
+    let batcher = tokio::spawn(run_batcher(stages, ctx.limits.clone(), policy.clone()));
+    let cached = tokio::spawn(run_cache(batch_rx, command_tx, sink_tx.clone(), cache, policy.clone()));
 
     let flow = FlowLimits {
         max_messages: args.max_in_flight.max(1),
         max_bytes: args.max_in_flight_bytes.max(1),
         low_water_percent: usize::from(args.low_water_percent),
     };
-    consume(&source, flow, &policy, &preparation, &job_tx, &sink_tx, shutdown).await;
+    let gates = Gates { flow, in_flight_now };
+    consume(&source, gates, &policy, &preparation, &job_tx, &sink_tx, shutdown).await;
     tracing::info!(in_flight = source.in_flight(), timeout = ?args.drain_timeout, "draining");
+    // The watcher holds a sender of the engine's queue: stop it first, or
+    // the queue never closes and the engine never finishes.
+    let _ = stop_watching.send(());
+    let _ = watching.await;
     drop((job_tx, sink_tx));
     let drain = async {
         batcher.await.context("batcher task")?;
         cached.await.context("cache task")?;
-        let joined = tokio::task::spawn_blocking(move || engine.thread.join()).await.context("engine join")?;
+        let joined = tokio::task::spawn_blocking(move || engine.join()).await.context("engine join")?;
         if joined.is_err() {
             bail!("engine thread panicked");
         }
@@ -179,6 +243,90 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     tracing::info!("stopped");
     Ok(())
 }
+
+/// The version the worker starts with, loaded and warm, and what was made
+/// from it: the tokenizer (text) and the warm-up sample.
+struct FirstVersion {
+    version: ModelVersion,
+    warmed: Warmed,
+    preparation: Preparation,
+    inputs: InputPolicy,
+    /// tokenizer.json's bytes (text models): later versions must match.
+    tokenizer: Option<Vec<u8>>,
+    ctx: Arc<LoadContext>,
+    refusals: Refusals,
+}
+
+/// Loads the version the repository asks for; one that fails to load or
+/// warm up is refused and the next best tried, so a broken newest version
+/// does not keep a fresh worker down while an older one works.
+async fn load_first_version(args: &WorkerArgs, device: tch::Device) -> Result<FirstVersion> {
+    let mut refusals = Refusals::default();
+    loop {
+        let version = repository::resolve_with(&args.model_repo, &args.model, &refusals)?;
+        let fingerprint = repository::fingerprint(&version.file("model.pt"));
+        let (inputs, preparation, sample, tokenizer) = match prepare(args, &version) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                let source = EngineError::Incompatible(format!("{e:#}"));
+                record_refusal(&args.model, &Refused { version: version.version, reason: "load", source });
+                refusals.refuse(version.version, fingerprint);
+                continue;
+            }
+        };
+        let ctx = Arc::new(LoadContext {
+            device,
+            threads: args.intra_op_threads() as i32,
+            memory_limit: args.engine_memory_limit_bytes,
+            limits: version.config.batching.limits(version.config.max_input_len()),
+            sample,
+        });
+        let (candidate, loader) = (version.clone(), ctx.clone());
+        let loaded = tokio::task::spawn_blocking(move || load_version(&candidate, &loader)).await?;
+        match loaded {
+            Ok(warmed) => return Ok(FirstVersion { version, warmed, preparation, inputs, tokenizer, ctx, refusals }),
+            Err(refused) => {
+                record_refusal(&args.model, &refused);
+                refusals.refuse(version.version, fingerprint);
+            }
+        }
+    }
+}
+
+/// How `version`'s inputs are admitted and prepared, one real input to warm
+/// it up with, and its tokenizer's bytes.
+fn prepare(
+    args: &WorkerArgs,
+    version: &ModelVersion,
+) -> Result<(InputPolicy, Preparation, ModelInput, Option<Vec<u8>>)> {
+    match version.config.kind {
+        ModelKind::Text => {
+            let text = version.config.text().context("text model without [text]")?;
+            let path = version.file("tokenizer.json");
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let tokenizer = TextTokenizer::load(&path, text.max_seq_len, text.truncate)?;
+            let tokens = tokenizer.tokenize(WARM_UP_TEXT)?;
+            let sample = ModelInput::Tokens { ids: tokens.ids, truncated: false };
+            let inputs = InputPolicy::Text { max_text_bytes: text.max_text_bytes };
+            Ok((inputs, Preparation::Text(Box::new(tokenizer)), sample, Some(bytes)))
+        }
+        ModelKind::Image => {
+            let image = version.config.image().context("image model without [image]")?;
+            let preparation = Preparation::Image {
+                budget: DecodeBudget::new(args.decode_budget_bytes),
+                slots: Arc::new(Semaphore::new(args.decode_threads.max(1))),
+                geometry: image.geometry(),
+            };
+            let photo = fleet_image::synthetic::photo(image.size, image.size, 1).pixels;
+            Ok((InputPolicy::Image { limits: image.limits() }, preparation, ModelInput::Pixels(photo), None))
+        }
+    }
+}
+
+/// Real text for warm-up batches: each bucket's rows are its tokens repeated
+/// to the bucket's length.
+const WARM_UP_TEXT: &str = "A fleet of workers reads requests from Kafka, batches them by length, \
+    and writes each answer to Redis before its client gives up waiting.";
 
 /// `/metrics`, `/healthz` and `/ready`, up before the model loads: a probe
 /// during warm-up gets "not ready" rather than a refused connection.
@@ -206,6 +354,11 @@ fn open_gpu_memory() -> Option<GpuMemory> {
 const LAG_EVERY_TICKS: u64 = 5;
 
 struct StatusReport {
+    /// Answers written so far (the sink counts) and the engine's busy time
+    /// so far (µs): the drain rate's inputs.
+    answered: Arc<AtomicU64>,
+    busy_us: Arc<AtomicU64>,
+    drain_gauge: metrics::Gauge,
     source: Arc<Source>,
     publisher: BacklogPublisher,
     health: Arc<Health>,
@@ -217,7 +370,8 @@ struct StatusReport {
 /// which doubles as the broker and Redis health check; every few seconds
 /// the group's lag and the GPU's memory into the metrics.
 async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
-    let StatusReport { source, mut publisher, health, gpu, ready_gauge } = report;
+    let StatusReport { answered, busy_us, source, mut publisher, health, gpu, ready_gauge, drain_gauge } = report;
+    let mut drain = DrainMeter::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for count in 0u64.. {
@@ -235,10 +389,12 @@ async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
         .await;
         match measured {
             Ok((backlog, lag)) => {
+                let rate = drain.observe(now_ms(), answered.load(Ordering::Relaxed), busy_us.load(Ordering::Relaxed));
+                drain_gauge.set(rate);
                 match backlog {
                     Ok(backlog) => {
                         health.broker_answered(now_ms());
-                        match publisher.publish(backlog, now_ms()).await {
+                        match publisher.publish(backlog, now_ms(), rate).await {
                             Ok(()) => health.redis_answered(now_ms()),
                             Err(e) => tracing::debug!(error = %e, "backlog not published"),
                         }
@@ -264,9 +420,16 @@ async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
     let _ = publisher.withdraw().await;
 }
 
+/// The consumer's bounds: the flow limits, and the in-flight limit as the
+/// batcher's AIMD has set it.
+struct Gates {
+    flow: FlowLimits,
+    in_flight_now: Arc<AtomicUsize>,
+}
+
 async fn consume(
     source: &Source,
-    flow: FlowLimits,
+    gates: Gates,
     policy: &AdmissionPolicy,
     preparation: &Preparation,
     jobs: &mpsc::Sender<Job>,
@@ -274,9 +437,10 @@ async fn consume(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let mut gate = FlowGate::new(flow);
+    let mut gate = FlowGate::new(gates.flow);
     let paused_gauge = metrics::gauge!(m::CONSUMER_PAUSED, "model" => policy.model.to_string());
     loop {
+        gate.set_max_messages(gates.in_flight_now.load(Ordering::Relaxed));
         let (messages, bytes) = source.held();
         match gate.update(messages, bytes) {
             Some(Transition::Pause) => {
@@ -366,7 +530,7 @@ async fn consume(
 
 /// An `error` answer for a request refused before compute.
 fn refusal(policy: &AdmissionPolicy, code: ErrorCode, message: String, created_ms: u64) -> Answer {
-    Answer::error(policy.model.as_str(), policy.version, code, message, timings(created_ms, None, now_ms()))
+    Answer::error(policy.model.as_str(), policy.version.get(), code, message, timings(created_ms, None, now_ms()))
 }
 
 /// One image on its way from encoded bytes to a job.
@@ -426,7 +590,7 @@ impl ImageDecode {
     }
 }
 
-fn timings(created_ms: u64, infer: Option<(u64, f64)>, now_ms: u64) -> Timings {
+pub(crate) fn timings(created_ms: u64, infer: Option<(u64, f64)>, now_ms: u64) -> Timings {
     let total = now_ms.saturating_sub(created_ms) as f64;
     match infer {
         Some((started_ms, infer_ms)) => {
@@ -436,27 +600,35 @@ fn timings(created_ms: u64, infer: Option<(u64, f64)>, now_ms: u64) -> Timings {
     }
 }
 
-/// A batch's bucket and how long its model call took: fed back to the
-/// batcher so it can tell which deadlines its buckets can still meet.
-struct BatchTiming {
-    bucket: usize,
-    infer_ms: f64,
-}
-
 struct BatcherStages {
     jobs: mpsc::Receiver<Job>,
     batches: mpsc::Sender<Batch<Job>>,
-    timings: mpsc::UnboundedReceiver<BatchTiming>,
+    feedback: mpsc::UnboundedReceiver<Feedback>,
     sink: mpsc::Sender<SinkItem>,
+    /// The adaptive in-flight limit (None: fixed at --max-in-flight) and
+    /// where the consumer reads its current value.
+    in_flight: Option<InFlightLimit>,
+    in_flight_now: Arc<AtomicUsize>,
 }
 
 /// Owns the batcher: the only task that touches it, so it needs no lock.
 async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: AdmissionPolicy) {
+    // Feedback is drained here: the limit it moves lives in this task.
     let mut batcher: BucketBatcher<Job> = BucketBatcher::new(limits);
     let mut open = true;
     while open || !batcher.is_empty() {
-        while let Ok(timing) = stages.timings.try_recv() {
-            batcher.observe_inference(timing.bucket, timing.infer_ms);
+        while let Ok(feedback) = stages.feedback.try_recv() {
+            match feedback {
+                Feedback::Timing { bucket, infer_ms, held_ms } => {
+                    batcher.observe_inference(bucket, infer_ms);
+                    if let Some(limit) = stages.in_flight.as_mut() {
+                        let now = limit.observe(held_ms);
+                        stages.in_flight_now.store(now, Ordering::Relaxed);
+                        metrics::gauge!(m::IN_FLIGHT_LIMIT, "model" => policy.model.to_string()).set(now as f64);
+                    }
+                }
+                Feedback::RowCap { bucket, rows } => batcher.cap_rows(bucket, rows),
+            }
         }
         let now = now_ms();
         let polled = if open { batcher.poll(now) } else { batcher.flush(now) };
@@ -467,7 +639,11 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
                 .expired
                 .into_iter()
                 .map(|job| Finished {
-                    answer: Answer::expired(policy.model.as_str(), policy.version, timings(job.created_ms, None, now)),
+                    answer: Answer::expired(
+                        policy.model.as_str(),
+                        policy.version.get(),
+                        timings(job.created_ms, None, now),
+                    ),
                     position: job.position,
                     id: job.id,
                     feature: None,
@@ -504,7 +680,7 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
 /// hands the rest on as a smaller batch of the same bucket.
 async fn run_cache(
     mut batches: mpsc::Receiver<Batch<Job>>,
-    compute: mpsc::Sender<Batch<Job>>,
+    compute: mpsc::Sender<EngineCommand>,
     sink: mpsc::Sender<SinkItem>,
     mut cache: FeatureCache,
     policy: AdmissionPolicy,
@@ -512,7 +688,9 @@ async fn run_cache(
     let model = policy.model.to_string();
     while let Some(batch) = batches.recv().await {
         let hashes: Vec<&str> = batch.items.iter().map(|j| j.input_hash.as_str()).collect();
-        let found = cache.lookup(&hashes).await;
+        // Hits are answered with the version whose keys they came from.
+        let version = policy.version.get();
+        let found = cache.lookup(version, &hashes).await;
         let now = now_ms();
         let mut hits = Vec::new();
         let mut misses = Batch { bucket: batch.bucket, items: Vec::new(), lens: Vec::new() };
@@ -521,7 +699,7 @@ async fn run_cache(
                 Some(CachedOutput { output, infer_ms }) => {
                     metrics::histogram!(m::CACHE_SAVED_SECONDS, "model" => model.clone()).record(infer_ms / 1000.0);
                     let t = timings(job.created_ms, Some((now, 0.0)), now);
-                    let answer = Answer::ok(policy.model.as_str(), policy.version, output, t);
+                    let answer = Answer::ok(policy.model.as_str(), version, output, t);
                     hits.push(Finished { position: job.position, id: job.id, answer, feature: None });
                 }
                 None => {
@@ -535,7 +713,7 @@ async fn run_cache(
         if !hits.is_empty() && sink.send(SinkItem::Answers(hits)).await.is_err() {
             return;
         }
-        if !misses.items.is_empty() && compute.send(misses).await.is_err() {
+        if !misses.items.is_empty() && compute.send(EngineCommand::Run(misses)).await.is_err() {
             return;
         }
     }
@@ -548,117 +726,16 @@ async fn sleep_or_forever(wait: Option<Duration>) {
     }
 }
 
-struct EngineHandle {
-    thread: std::thread::JoinHandle<()>,
-    ready: oneshot::Receiver<Result<()>>,
-    device: tch::Device,
-}
-
-/// Marks the engine stopped however its thread ends (a panic included), so
-/// liveness fails instead of a worker that reads and never answers.
-struct EngineStopped(Arc<Health>);
-
-impl Drop for EngineStopped {
-    fn drop(&mut self) {
-        self.0.set_engine_stopped();
-    }
-}
-
-fn spawn_engine(
-    args: &WorkerArgs,
-    version: &ModelVersion,
-    mut batches: mpsc::Receiver<Batch<Job>>,
-    sink: mpsc::Sender<SinkItem>,
-    timings: mpsc::UnboundedSender<BatchTiming>,
-    health: Arc<Health>,
-) -> Result<EngineHandle> {
-    let device = choose_device(args.device)?;
-    let threads = args.intra_op_threads() as i32;
-    let loaded = version.clone();
-    let max_batch_size = version.config.batching.max_batch_size;
-    let (model, number) = (version.name.clone(), version.version);
-    let (ready_tx, ready) = oneshot::channel();
-    let thread = std::thread::Builder::new().name("engine".into()).spawn(move || {
-        let _stopped = EngineStopped(health);
-        tch::set_num_threads(threads);
-        tch::set_num_interop_threads(1);
-        let engine = match Model::load(&loaded, device).and_then(|m| m.warm_up(max_batch_size).map(|()| m)) {
-            Ok(engine) => engine,
-            Err(e) => {
-                let _ = ready_tx.send(Err(e.into()));
-                return;
-            }
-        };
-        tracing::info!(?device, threads, "engine ready");
-        let _ = ready_tx.send(Ok(()));
-        while let Some(batch) = batches.blocking_recv() {
-            let bucket = batch.bucket;
-            let (finished, infer_ms) = run_batch(&engine, &model, number, batch);
-            let _ = timings.send(BatchTiming { bucket, infer_ms });
-            if sink.blocking_send(SinkItem::Answers(finished)).is_err() {
-                return;
-            }
-        }
-    })?;
-    Ok(EngineHandle { thread, ready, device })
-}
-
-/// Runs one batch and answers each of its requests; returns the answers and
-/// the model-call time in ms.
-fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<Job>) -> (Vec<Finished>, f64) {
-    let started_ms = now_ms();
-    let started = Instant::now();
-    let rows: Vec<&ModelInput> = batch.items.iter().map(|j| &j.input).collect();
-    let outcome = engine.infer(&rows);
-    let infer_s = started.elapsed().as_secs_f64();
-    metrics::histogram!(m::BATCH_SIZE, "model" => model.to_string()).record(rows.len() as f64);
-    metrics::histogram!(m::BATCH_TOKENS, "model" => model.to_string()).record(batch.computed_tokens() as f64);
-    metrics::histogram!(m::PADDING_EFFICIENCY, "model" => model.to_string()).record(batch.padding_efficiency());
-    metrics::histogram!(m::INFERENCE_SECONDS, "model" => model.to_string()).record(infer_s);
-    metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_string()).increment(rows.len() as u64);
-    let outputs = match outcome {
-        Ok(outputs) => outputs.into_iter().map(Ok).collect::<Vec<_>>(),
-        Err(e) => {
-            // One bad row must not fail its neighbours: retry each row alone,
-            // once; a row that fails alone is answered model_failed.
-            tracing::warn!(error = %e, rows = rows.len(), "batch failed; retrying rows one by one");
-            metrics::counter!(m::MODEL_ROWS_TOTAL, "model" => model.to_string()).increment(rows.len() as u64);
-            rows.iter().map(|row| engine.infer(&[row]).map(|mut v| v.remove(0)).map_err(|e| e.to_string())).collect()
-        }
-    };
-    let infer_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let done_ms = now_ms();
-    let row_count = rows.len().max(1) as f64;
-    let finished = batch
-        .items
-        .into_iter()
-        .zip(outputs)
-        .map(|(job, output)| {
-            let t = timings(job.created_ms, Some((started_ms, infer_ms)), done_ms);
-            metrics::histogram!(m::QUEUE_WAIT_SECONDS, "model" => model.to_string()).record(t.queue / 1000.0);
-            let (answer, feature) = match output {
-                Ok(output) => {
-                    let cached = CachedOutput { output: output.clone(), infer_ms: infer_ms / row_count };
-                    let feature = serde_json::to_string(&cached)
-                        .ok()
-                        .map(|value| (keys::feature_key(model, version, &job.input_hash), value));
-                    (Answer::ok(model.as_str(), version, output, t), feature)
-                }
-                Err(message) => (Answer::error(model.as_str(), version, ErrorCode::ModelFailed, message, t), None),
-            };
-            Finished { position: job.position, id: job.id, answer, feature }
-        })
-        .collect();
-    (finished, infer_ms)
-}
-
-async fn run_sink(
-    model: ModelName,
-    mut items: mpsc::Receiver<SinkItem>,
-    mut results: ResultSink,
+/// Where the sink's items go, and its count of answers written.
+struct SinkOutlets {
+    results: ResultSink,
     dead_letters: DeadLetters,
     committer: Committer,
-) {
+    answered: Arc<AtomicU64>,
+}
+
+async fn run_sink(model: ModelName, mut items: mpsc::Receiver<SinkItem>, outlets: SinkOutlets) {
+    let SinkOutlets { mut results, dead_letters, committer, answered } = outlets;
     while let Some(item) = items.recv().await {
         match item {
             SinkItem::Answers(finished) => {
@@ -673,6 +750,7 @@ async fn run_sink(
                     tracing::debug!(id = %f.id, status = f.answer.status.as_str(), "answered");
                     committer.done(&f.position);
                 }
+                answered.fetch_add(finished.len() as u64, Ordering::Relaxed);
             }
             SinkItem::DeadLetter { inbound, reason, detail } => {
                 let mut backoff = Backoff::new();

@@ -105,8 +105,8 @@ impl BacklogPublisher {
         Ok(Self { conn, key: fleet_proto::backlog::backlog_key(model), worker_id })
     }
 
-    pub async fn publish(&mut self, backlog: u64, now_ms: u64) -> Result<(), SinkError> {
-        let value = fleet_proto::backlog::encode(backlog, now_ms);
+    pub async fn publish(&mut self, backlog: u64, now_ms: u64, drain_per_s: f64) -> Result<(), SinkError> {
+        let value = fleet_proto::backlog::encode(backlog, now_ms, drain_per_s);
         redis::pipe()
             .hset(&self.key, &self.worker_id, value)
             .ignore()

@@ -150,39 +150,19 @@ fn overlong_positions_repo() -> std::path::PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_the_model_cannot_run_is_retried_alone_then_answered_model_failed() {
+async fn a_config_the_model_cannot_serve_is_refused_at_warm_up_not_per_request() {
     let _serial = serial().await;
     let (broker, redis) = (Broker::start(), Redis::start());
     let model = ModelName::parse("minilm").unwrap();
     broker.create_topics(&model, 1).await;
+    // The warm-up runs every length bucket up to the claimed 1024 tokens;
+    // past 512 the model fails, so the only version is refused and the
+    // worker stops with the reason instead of answering model_failed to
+    // every long request. (A row that fails at run time is retried alone
+    // and answered model_failed: tests/oom_split.rs, on the real model.)
     let repo = overlong_positions_repo();
     let mut worker = Worker::start("minilm", &broker, &redis, &["--model-repo", repo.to_str().unwrap()]);
-
-    // ~700 tokens: past the model's 512 positions, inside the configured 1024.
-    let too_long: String = "overflow ".repeat(700);
-    let mut texts = vec![too_long.clone(), too_long];
-    texts.extend(common::sentences().into_iter().take(6));
-    let ids = common::send_texts(&broker, &model, "fail", &texts, None).await;
-
-    let results = ResultClient::connect(&redis.url()).await.unwrap();
-    for (i, id) in ids.iter().enumerate() {
-        let answers = results.wait(id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
-        let answer = &answers["minilm"];
-        if i < 2 {
-            assert_eq!(answer.status, Status::Error, "{id}: {answer:?}");
-            assert_eq!(answer.error.as_ref().map(|e| e.code), Some(ErrorCode::ModelFailed), "{id}");
-        } else {
-            assert_eq!(answer.status, Status::Ok, "{id}: a short neighbour must not fail: {answer:?}");
-        }
-    }
-    // Each long row is computed twice (in its failed batch, then alone once)
-    // however the two were batched; the short ones once. Bounded: no more.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let scrape = worker.scrape().await;
-    let long_rows = metric_value(&scrape, "fleet_model_rows_total", &[("model", "minilm")]) - 6.0;
-    assert_eq!(long_rows, 4.0, "rows computed for the two long requests");
-    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &model.topic(), 1).await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
-    assert!(worker.stop().success());
+    let status = worker.wait_exit(Duration::from_secs(120)).await.expect("the worker kept running");
+    assert!(!status.success());
     let _ = std::fs::remove_dir_all(repo);
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{ledger, metric_value, send_texts, sentences, serial, wait_for_commits_at_end, Broker, Redis, Worker};
-use fleet_producer::{BacklogGuard, FleetProducer, Request, SendError};
+use fleet_producer::{BacklogGuard, FleetProducer, Overloaded, Request, SendError};
 use fleet_proto::{ModelName, RequestId};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -111,8 +111,13 @@ async fn the_producer_refuses_with_overloaded_while_the_backlog_is_above_its_lim
             other => panic!("never refused within 30 s: last outcome {:?}", other.map(|_| ())),
         }
     };
-    assert_eq!((refused.model.as_str(), refused.limit), ("minilm", 100));
-    assert!(refused.backlog > 100, "{refused:?}");
+    match refused {
+        Overloaded::Backlog { model, backlog, limit } => {
+            assert_eq!((model.as_str(), limit), ("minilm", 100));
+            assert!(backlog > 100, "backlog {backlog}");
+        }
+        other => panic!("refused for another reason: {other}"),
+    }
     // Once the backlog drains, sends are admitted again.
     ledger(&redis, &model, &ids, Duration::from_secs(180)).await;
     let deadline = Instant::now() + Duration::from_secs(20);

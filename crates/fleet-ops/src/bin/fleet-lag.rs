@@ -53,6 +53,8 @@ struct KafkaArgs {
     /// settings mounted from a Secret. Applied before --kafka-property.
     #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE")]
     kafka_properties_file: Option<PathBuf>,
+    #[command(flatten)]
+    kafka_security: fleet_connect::kafka_security::KafkaSecurity,
 }
 
 impl KafkaArgs {
@@ -61,8 +63,10 @@ impl KafkaArgs {
         let mut config = fleet_connect::kafka::client_config(
             &self.brokers,
             self.kafka_properties_file.as_deref(),
+            &self.kafka_security,
             &self.kafka_properties,
         )?;
+        fleet_connect::kafka_check::check_at_start(&config, std::time::Duration::from_secs(10))?;
         config.set("group.id", group).set("enable.auto.commit", "false");
         Ok(config.create()?)
     }

@@ -36,11 +36,17 @@ struct KafkaArgs {
     /// settings mounted from a Secret; --kafka-property entries override it.
     #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE", global = true)]
     kafka_properties_file: Option<PathBuf>,
+    #[command(flatten)]
+    kafka_security: fleet_connect::kafka_security::KafkaSecurity,
 }
 
 impl KafkaArgs {
     fn config(self) -> Result<KafkaConfig> {
-        let extra = fleet_connect::kafka::properties(self.kafka_properties_file.as_deref(), &self.kafka_properties)?;
+        let extra = fleet_connect::kafka::properties(
+            self.kafka_properties_file.as_deref(),
+            &self.kafka_security,
+            &self.kafka_properties,
+        )?;
         Ok(KafkaConfig { brokers: self.brokers, extra })
     }
 }
@@ -122,6 +128,10 @@ struct SendArgs {
     /// Refuse to send (exit 3) while the model's reported backlog is above this.
     #[arg(long)]
     max_backlog: Option<u64>,
+    /// Refuse to send (exit 3) a request whose predicted wait (the workers'
+    /// backlog ÷ their drain rate) exceeds its deadline.
+    #[arg(long)]
+    predicted_wait: bool,
     /// Name written into ce_source.
     #[arg(long, default_value = "fleet-produce")]
     source: String,
@@ -146,6 +156,10 @@ async fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     let kafka = cli.kafka.config()?;
+    // A wrong password or an untrusted certificate: one clear line, now.
+    let probe = kafka.client_config();
+    tokio::task::spawn_blocking(move || fleet_connect::kafka_check::check_at_start(&probe, Duration::from_secs(10)))
+        .await??;
     match cli.command {
         Command::Topics(args) => {
             let settings = TopicSettings {
@@ -260,8 +274,12 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
         .collect::<Result<_>>()?;
 
     let mut producer = FleetProducer::new(kafka, &args.source)?;
-    if let Some(limit) = args.max_backlog {
-        producer = producer.with_admission(BacklogGuard::connect_client(args.redis.client()?, limit).await?);
+    if args.max_backlog.is_some() || args.predicted_wait {
+        let guard = BacklogGuard::adaptive(args.redis.client()?)
+            .await?
+            .with_predicted_wait(args.predicted_wait)
+            .with_max_backlog(args.max_backlog);
+        producer = producer.with_admission(guard);
     }
     let started = Instant::now();
     let mut pending = Vec::with_capacity(requests.len());

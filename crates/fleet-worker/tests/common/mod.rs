@@ -73,6 +73,19 @@ impl Worker {
             .expect("memory field")
     }
 
+    /// Waits for the worker to exit by itself; `None` if it still runs.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.process.as_mut().expect("worker stopped").try_wait().expect("try_wait") {
+                self.process = None;
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
     /// SIGKILL: no drain, no commit.
     pub fn kill(&mut self) {
         let mut child = self.process.take().expect("worker already stopped");

@@ -1,5 +1,6 @@
-//! The benchmark workload: a fixed, seeded set of real-looking English texts
-//! whose token lengths are mixed like production text.
+//! The text workload of benchmarks and load tests: a fixed, seeded set of
+//! real-looking English texts whose token lengths are mixed like production
+//! text.
 //!
 //! Lengths are drawn from a two-part mixture: 85 % short texts (queries,
 //! titles, chat lines: log-normal, median 14 tokens, σ 0.5) and 15 % long

@@ -1,0 +1,212 @@
+//! Model lifecycle against a real worker, broker and Redis: a new version is
+//! swapped in under load, a broken one is refused while the old one keeps
+//! serving, a pin rolls back without a restart; and a batch over the device
+//! memory limit is split with every row answered.
+
+mod common;
+
+use common::{metric_value, serial, Broker, Redis, Worker};
+use fleet_producer::{FleetProducer, Request, ResultClient};
+use fleet_proto::{keys, Answer, ModelName, RequestId, Status};
+use redis::AsyncCommands;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn minilm() -> ModelName {
+    ModelName::parse("minilm").unwrap()
+}
+
+/// A repository of its own (the test adds versions and edits the pin):
+/// minilm's shipped config and version 1 linked to the exported model.
+fn own_repo(name: &str) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("fleet-lifecycle-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("minilm")).unwrap();
+    std::fs::copy(common::model_repo().join("minilm/config.toml"), root.join("minilm/config.toml")).unwrap();
+    link_version(&root, 1);
+    root
+}
+
+fn link_version(root: &Path, version: u64) {
+    let exported = common::model_repo().join("minilm/1").canonicalize().expect("run make setup");
+    std::os::unix::fs::symlink(exported, root.join("minilm").join(version.to_string())).unwrap();
+}
+
+/// Texts of one token length (one bucket, so the worker answers them in the
+/// order they were sent) and all different (no feature-cache hits).
+fn same_length_texts(n: usize, salt: &str) -> Vec<String> {
+    const WORDS: [&str; 20] = [
+        "dog", "cat", "car", "sun", "sea", "tree", "house", "bird", "fish", "book", "door", "road", "city", "king",
+        "girl", "boy", "water", "fire", "stone", "river",
+    ];
+    (0..n).map(|i| format!("the {salt} fox jumps over the {} {}", WORDS[i % 20], WORDS[(i / 20) % 20])).collect()
+}
+
+/// Sends `texts` one every `gap`; returns the ids in send order.
+async fn send_paced(producer: &FleetProducer, prefix: &str, texts: &[String], gap: Duration) -> Vec<RequestId> {
+    let mut ids = Vec::new();
+    let mut pending = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let id = RequestId::parse(&format!("{prefix}-{i}")).unwrap();
+        pending.push(producer.send(&minilm(), &Request::text(id.clone(), text.clone())).await.unwrap());
+        ids.push(id);
+        tokio::time::sleep(gap).await;
+    }
+    for delivered in futures::future::join_all(pending).await {
+        delivered.expect("delivery");
+    }
+    ids
+}
+
+/// Every id's answer, in id order; asserts each was written exactly once
+/// (every write pushes one entry onto the id's ready list).
+async fn answers(redis: &Redis, ids: &[RequestId]) -> Vec<Answer> {
+    let results = ResultClient::connect(&redis.url()).await.unwrap();
+    let mut conn = redis.connection().await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut out = Vec::new();
+    for id in ids {
+        let answer = loop {
+            if let Some(answer) = results.poll(id).await.unwrap().remove("minilm") {
+                break answer;
+            }
+            assert!(Instant::now() < deadline, "{id} was never answered");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let writes: usize = conn.llen(keys::ready_key(id)).await.unwrap();
+        assert_eq!(writes, 1, "{id} was answered {writes} times");
+        out.push(answer);
+    }
+    out
+}
+
+async fn wait_for(worker: &Worker, name: &str, labels: &[(&str, &str)], value: f64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let seen = metric_value(&worker.scrape().await, name, labels);
+        if seen == value {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name}{labels:?} is {seen}, waited for {value}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_swap_under_load_a_broken_one_is_refused_and_a_pin_rolls_back() {
+    let _serial = serial().await;
+    let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
+    broker.create_topics(&model, 1).await;
+    let repo = own_repo("swap");
+    let worker = Worker::start(
+        "minilm",
+        &broker,
+        &redis,
+        &["--model-repo", repo.to_str().unwrap(), "--model-poll-interval", "300ms", "--intra-op-threads", "1"],
+    );
+    let producer = FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    wait_for(&worker, "fleet_worker_ready", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
+
+    // A steady stream; version 2 appears a second in. The stream goes on
+    // long enough for version 2 to load and warm up beside version 1.
+    let texts = same_length_texts(240, "quick");
+    let stream = send_paced(&producer, "swap", &texts, Duration::from_millis(50));
+    let add_v2 = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        link_version(&repo, 2);
+    };
+    let (ids, ()) = tokio::join!(stream, add_v2);
+    let swapped = answers(&redis, &ids).await;
+    assert!(swapped.iter().all(|a| a.status == Status::Ok), "every request answered ok during the swap");
+    let versions: Vec<u64> = swapped.iter().map(|a| a.version).collect();
+    let switch = versions.iter().position(|&v| v == 2).expect("version 2 never answered");
+    assert!(switch > 0, "version 1 answered first");
+    assert!(
+        versions[..switch].iter().all(|&v| v == 1) && versions[switch..].iter().all(|&v| v == 2),
+        "answers switch version at one point: {versions:?}"
+    );
+    let scrape = worker.scrape().await;
+    assert_eq!(metric_value(&scrape, "fleet_model_swaps_total", &[("model", "minilm")]), 1.0);
+    assert_eq!(metric_value(&scrape, "fleet_model_version", &[("model", "minilm")]), 2.0);
+
+    // Version 3 is complete but its model.pt is corrupt: refused, counted,
+    // and version 2 keeps serving.
+    std::fs::create_dir_all(repo.join("minilm/3")).unwrap();
+    std::fs::copy(repo.join("minilm/1/tokenizer.json"), repo.join("minilm/3/tokenizer.json")).unwrap();
+    std::fs::write(repo.join("minilm/3/model.pt"), b"not a TorchScript archive").unwrap();
+    wait_for(
+        &worker,
+        "fleet_model_load_failures_total",
+        &[("model", "minilm"), ("reason", "load")],
+        1.0,
+        Duration::from_secs(30),
+    )
+    .await;
+    let ids = send_paced(&producer, "broken", &same_length_texts(10, "brown"), Duration::ZERO).await;
+    assert!(answers(&redis, &ids).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 2)));
+    assert_eq!(worker.get("/ready").await.map(|(code, _)| code), Some(200), "a refused version does not unready");
+
+    // Rollback: pin version 1 in config.toml, no restart.
+    let config = std::fs::read_to_string(repo.join("minilm/config.toml")).unwrap();
+    std::fs::write(repo.join("minilm/config.toml"), format!("version = 1\n{config}")).unwrap();
+    wait_for(&worker, "fleet_model_version", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
+    let ids = send_paced(&producer, "rollback", &same_length_texts(10, "lazy"), Duration::ZERO).await;
+    assert!(answers(&redis, &ids).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 1)));
+    // The broken version was tried once, not on every poll.
+    let scrape = worker.scrape().await;
+    assert_eq!(
+        metric_value(&scrape, "fleet_model_load_failures_total", &[("model", "minilm"), ("reason", "load")]),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_newest_version_at_start_falls_back_to_the_one_before() {
+    let _serial = serial().await;
+    let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
+    broker.create_topics(&model, 1).await;
+    let repo = own_repo("start");
+    std::fs::create_dir_all(repo.join("minilm/2")).unwrap();
+    std::fs::copy(repo.join("minilm/1/tokenizer.json"), repo.join("minilm/2/tokenizer.json")).unwrap();
+    std::fs::write(repo.join("minilm/2/model.pt"), b"truncated").unwrap();
+    let worker = Worker::start("minilm", &broker, &redis, &["--model-repo", repo.to_str().unwrap()]);
+    wait_for(&worker, "fleet_worker_ready", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
+    let producer = FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    let ids = send_paced(&producer, "start", &same_length_texts(3, "red"), Duration::ZERO).await;
+    assert!(answers(&redis, &ids).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 1)));
+    let scrape = worker.scrape().await;
+    assert_eq!(
+        metric_value(&scrape, "fleet_model_load_failures_total", &[("model", "minilm"), ("reason", "load")]),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_over_the_memory_limit_are_split_and_every_row_is_answered() {
+    let _serial = serial().await;
+    let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
+    broker.create_topics(&model, 1).await;
+    // minilm's [device] estimate: 16384 B per token + 96 B per attention
+    // cell. 4 MB holds about 20 rows of 11 tokens or 1 row of 200 tokens,
+    // but no 512-token row.
+    let worker = Worker::start("minilm", &broker, &redis, &["--engine-memory-limit-bytes", "4000000"]);
+    wait_for(&worker, "fleet_worker_ready", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
+    let producer = FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    let mut texts = same_length_texts(64, "slow");
+    let long: String = common::sentences().join(" ");
+    texts.push(long);
+    let ids = send_paced(&producer, "oom", &texts, Duration::ZERO).await;
+    let answered = answers(&redis, &ids).await;
+    let (long_answer, short) = answered.split_last().unwrap();
+    assert!(short.iter().all(|a| a.status == Status::Ok), "every row that fits is answered ok");
+    assert_eq!(long_answer.status, Status::Error);
+    let error = long_answer.error.as_ref().expect("an error answer carries its error");
+    assert_eq!(error.code.as_str(), "model_failed");
+    assert!(error.message.contains("device memory"), "{}", error.message);
+    let scrape = worker.scrape().await;
+    assert!(
+        metric_value(&scrape, "fleet_batch_size_count", &[("model", "minilm")]) >= 4.0,
+        "the burst ran in capped batches"
+    );
+    assert_eq!(worker.get("/healthz").await.map(|(code, _)| code), Some(200), "the worker lives on");
+}

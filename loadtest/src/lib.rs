@@ -1,0 +1,20 @@
+//! Load tests, fault drills and capacity runs for the fleet.
+//!
+//! Pure parts ([`profile`], [`ledger`], [`timeline`], [`plan`],
+//! [`workload`]) are apart from the I/O: [`runner`] sends on the profile's
+//! clock and collects answers ([`collect`]), [`fleet`] starts processes on
+//! this machine for [`drill`]s, and [`report`] writes CSVs and [`plot`]s.
+
+pub mod admission_bench;
+pub mod capacity;
+pub mod collect;
+pub mod drill;
+pub mod fleet;
+pub mod ledger;
+pub mod plan;
+pub mod plot;
+pub mod profile;
+pub mod report;
+pub mod runner;
+pub mod timeline;
+pub mod workload;

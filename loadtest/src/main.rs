@@ -1,0 +1,446 @@
+//! `loadtest`: open-loop load against a running fleet (`run`), fault drills
+//! on a fleet it starts itself (`drill`), and replica planning from
+//! measured capacity (`plan`). Every run ends with its ledger; a run that
+//! lost a request exits with status 1.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use fleet_connect::redis::RedisConfig;
+use fleet_producer::KafkaConfig;
+use fleet_proto::ModelName;
+use loadtest::admission_bench::{self, AdmissionBench};
+use loadtest::capacity;
+use loadtest::drill::{self, Drill, DrillConfig};
+use loadtest::fleet::Binaries;
+use loadtest::plan::{self, Capacity};
+use loadtest::profile::Profile;
+use loadtest::report;
+use loadtest::runner::{self, RunConfig, RunOutcome};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Parser)]
+#[command(version, about = "Open-loop load tests, fault drills and capacity planning for the fleet")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Open-loop load against a running fleet; writes a report folder.
+    Run(Box<RunArgs>),
+    /// Start a fleet here, load it, inject a fault, and check the ledger.
+    Drill(DrillArgs),
+    /// One worker's capacity per batching setting: steady load at rising
+    /// rates on a fleet started here; writes points, capacities and a plot.
+    Capacity(CapacityArgs),
+    /// Replicas needed for a target rate, from a capacity CSV.
+    Plan(PlanArgs),
+    /// The same burst through fixed and adaptive producer admission, each on
+    /// a fleet started here: wasted (expired) and served (ok) answers.
+    Admission(AdmissionArgs),
+}
+
+#[derive(Args)]
+struct AdmissionArgs {
+    /// Base rate, requests per second; the burst is --burst-factor times it.
+    #[arg(long, default_value_t = 20.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 10.0)]
+    burst_factor: f64,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    burst_at: Duration,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    burst_for: Duration,
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Every request's deadline after its send.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    deadline: Duration,
+    /// The fixed rule's backlog limit (a guessed constant).
+    #[arg(long, default_value_t = 1000)]
+    fixed_backlog: u64,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, default_value_t = 3)]
+    seed: u64,
+    /// An extra fleet-worker argument (repeatable).
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
+    worker_args: Vec<String>,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+}
+
+#[derive(Args)]
+struct CapacityArgs {
+    /// max_batch_size:max_batch_tokens (repeatable).
+    #[arg(long = "setting", value_parser = capacity::Setting::parse, required_unless_present = "from_points")]
+    settings: Vec<capacity::Setting>,
+    /// Judge an earlier sweep's points.csv against --slo-p99 instead of measuring.
+    #[arg(long)]
+    from_points: Option<PathBuf>,
+    /// Offered rates to step through, req/s (a setting stops at its first overload).
+    #[arg(long, value_delimiter = ',', default_value = "25,50,75,100,125,150,175,200")]
+    rates: Vec<f64>,
+    /// How long each rate is offered.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    step: Duration,
+    /// The p99 end-to-end latency a sustained rate must stay within.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    slo_p99: Duration,
+    #[arg(long, default_value_t = 2)]
+    intra_op_threads: usize,
+    /// An extra fleet-worker argument (repeatable), e.g. --worker-arg=--kafka-property=fetch.wait.max.ms=50.
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
+    worker_args: Vec<String>,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+    /// Where points.csv, capacity.csv and capacity.png go.
+    #[arg(long, default_value = "docs/data")]
+    out: PathBuf,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProfileName {
+    Steady,
+    Ramp,
+    Burst,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092")]
+    brokers: String,
+    /// Extra librdkafka property, key=value (repeatable).
+    #[arg(long = "kafka-property", value_parser = fleet_proto::client_properties::parse_pair)]
+    kafka_properties: Vec<(String, String)>,
+    /// A file of librdkafka properties (SASL/TLS settings).
+    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE")]
+    kafka_properties_file: Option<PathBuf>,
+    #[command(flatten)]
+    kafka_security: fleet_connect::kafka_security::KafkaSecurity,
+    #[command(flatten)]
+    redis: RedisConfig,
+    #[arg(long, default_value = "minilm")]
+    model: ModelName,
+    #[arg(long, value_enum, default_value = "steady")]
+    profile: ProfileName,
+    /// Requests per second (steady; the base of a burst; the end of a ramp).
+    #[arg(long, default_value_t = 50.0)]
+    rate: f64,
+    /// Ramp: the rate at the start.
+    #[arg(long, default_value_t = 1.0)]
+    ramp_from: f64,
+    /// Burst: how many times the base rate.
+    #[arg(long, default_value_t = 10.0)]
+    burst_factor: f64,
+    /// Burst: when it starts.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    burst_at: Duration,
+    /// Burst: how long it lasts.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    burst_for: Duration,
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// At most this many requests, whatever the profile.
+    #[arg(long, default_value_t = 200_000)]
+    max_requests: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Each request's deadline after its send; default: the model's TTL.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Option<Duration>,
+    /// How long to keep collecting answers after the last send.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    drain: Duration,
+    /// The report folder; default loadtest-report/<profile>-<unix time>.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Sentences the texts are made of.
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args)]
+struct DrillArgs {
+    #[arg(value_enum)]
+    drill: Drill,
+    /// Offered load, requests per second.
+    #[arg(long, default_value_t = 40.0)]
+    rate: f64,
+    #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    fault_at: Duration,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    fault_for: Duration,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+    /// The report folder; default loadtest-report/drill-<name>-<unix time>.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[arg(long)]
+    target_qps: f64,
+    /// CSV `label,sustained_rps,p99_ms` (from a capacity run).
+    #[arg(long, default_value = "docs/data/capacity.csv")]
+    capacity: PathBuf,
+    /// Spare share kept for bursts and a lost pod.
+    #[arg(long, default_value_t = 0.3)]
+    headroom: f64,
+    /// The topic's partitions: more replicas than that would idle.
+    #[arg(long, default_value_t = 64)]
+    max_replicas: u32,
+}
+
+fn unix_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn read_corpus(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let corpus: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect();
+    if corpus.is_empty() {
+        bail!("{} holds no sentences", path.display());
+    }
+    Ok(corpus)
+}
+
+/// Writes the report, prints the summary; fails when anything was lost.
+fn finish(dir: &Path, title: &str, outcome: &RunOutcome) -> Result<()> {
+    let summary = report::write(dir, title, outcome)?;
+    println!("report: {}", dir.display());
+    print!("{summary}");
+    if outcome.ledger.lost() > 0 {
+        bail!("{} requests lost", outcome.ledger.lost());
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,loadtest=info".into()),
+        )
+        .init();
+    let command = Cli::parse().command;
+    // Interrupted, the command's future is dropped, and with it every
+    // broker, Redis and worker it started (their handles kill on drop).
+    tokio::select! {
+        outcome = execute(command) => outcome,
+        signal = interrupted() => bail!("interrupted by {signal}"),
+    }
+}
+
+async fn interrupted() -> &'static str {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return "Ctrl-C";
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+async fn execute(command: Command) -> Result<()> {
+    match command {
+        Command::Run(args) => {
+            let args = *args;
+            let profile = match args.profile {
+                ProfileName::Steady => Profile::Steady { rate: args.rate },
+                ProfileName::Ramp => Profile::Ramp { from: args.ramp_from, to: args.rate },
+                ProfileName::Burst => Profile::Burst {
+                    rate: args.rate,
+                    factor: args.burst_factor,
+                    start_s: args.burst_at.as_secs_f64(),
+                    burst_s: args.burst_for.as_secs_f64(),
+                },
+            };
+            let name = match args.profile {
+                ProfileName::Steady => "steady",
+                ProfileName::Ramp => "ramp",
+                ProfileName::Burst => "burst",
+            };
+            let extra = fleet_connect::kafka::properties(
+                args.kafka_properties_file.as_deref(),
+                &args.kafka_security,
+                &args.kafka_properties,
+            )?;
+            let kafka = KafkaConfig { brokers: args.brokers, extra };
+            fleet_connect::kafka_check::check_at_start(&kafka.client_config(), std::time::Duration::from_secs(10))?;
+            let started = unix_s();
+            let outcome = runner::run(RunConfig {
+                kafka,
+                redis: args.redis.client()?,
+                model: args.model.clone(),
+                profile,
+                duration: args.duration,
+                seed: args.seed,
+                max_requests: args.max_requests,
+                corpus: read_corpus(&args.corpus)?,
+                ttl: args.ttl,
+                drain: args.drain,
+                run_id: format!("lt-{name}-{started}"),
+                progress: !args.no_progress,
+                admission: None,
+            })
+            .await?;
+            let dir = args.out.unwrap_or_else(|| PathBuf::from(format!("loadtest-report/{name}-{started}")));
+            let title = format!("{name} {} req/s, {:?}, {}", args.rate, args.duration, args.model);
+            finish(&dir, &title, &outcome)
+        }
+        Command::Admission(args) => {
+            let bench = AdmissionBench {
+                binaries: Binaries::from_env()?,
+                profile: Profile::Burst {
+                    rate: args.rate,
+                    factor: args.burst_factor,
+                    start_s: args.burst_at.as_secs_f64(),
+                    burst_s: args.burst_for.as_secs_f64(),
+                },
+                duration: args.duration,
+                deadline: args.deadline,
+                fixed_backlog: args.fixed_backlog,
+                seed: args.seed,
+                corpus: read_corpus(&args.corpus)?,
+                partitions: args.partitions,
+                worker_args: args.worker_args,
+            };
+            let compared = admission_bench::run(&bench).await?;
+            for (name, ledger) in [("fixed backlog limit", &compared.fixed), ("predicted wait", &compared.adaptive)] {
+                println!(
+                    "{name}: offered {}, refused by the producer {}, ok {}, expired {}, error {}, dlq {}, missing {}",
+                    ledger.sent + ledger.send_failed,
+                    ledger.send_failed,
+                    ledger.ok,
+                    ledger.expired,
+                    ledger.error,
+                    ledger.dlq,
+                    ledger.missing
+                );
+                println!("  {}", ledger.result_line());
+            }
+            println!("{}", admission_bench::result_line(&compared));
+            Ok(())
+        }
+        Command::Drill(args) => {
+            let config = DrillConfig {
+                binaries: Binaries::from_env()?,
+                corpus: read_corpus(&args.corpus)?,
+                rate: args.rate,
+                duration: args.duration,
+                fault_at: args.fault_at,
+                fault_for: args.fault_for,
+                partitions: args.partitions,
+                seed: args.seed,
+            };
+            let outcome = drill::run(args.drill, config).await?.run;
+            let dir = args
+                .out
+                .unwrap_or_else(|| PathBuf::from(format!("loadtest-report/drill-{}-{}", args.drill.name(), unix_s())));
+            let title = format!("drill {} at {} req/s", args.drill.name(), args.rate);
+            finish(&dir, &title, &outcome)
+        }
+        Command::Capacity(args) => {
+            let points = match &args.from_points {
+                Some(path) => capacity::read_points(
+                    &std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+                )?,
+                None => {
+                    capacity::sweep(capacity::SweepConfig {
+                        binaries: Binaries::from_env()?,
+                        corpus: read_corpus(&args.corpus)?,
+                        settings: args.settings,
+                        rates: args.rates,
+                        step: args.step,
+                        slo_p99_ms: args.slo_p99.as_secs_f64() * 1000.0,
+                        intra_op_threads: args.intra_op_threads,
+                        worker_args: args.worker_args.clone(),
+                    })
+                    .await?
+                }
+            };
+            let slo_ms = args.slo_p99.as_secs_f64() * 1000.0;
+            capacity::write(&args.out, &points, slo_ms)?;
+            loadtest::plot::capacity(&args.out.join("capacity.png"), &points, slo_ms)
+                .map_err(|e| anyhow::anyhow!("plotting capacity: {e}"))?;
+            println!("setting                       offered   ok/s    p50 ms   p99 ms  expired");
+            for p in &points {
+                println!(
+                    "{:<28} {:>8.0} {:>7.1} {:>9.0} {:>8.0} {:>8}",
+                    p.setting.label(),
+                    p.offered_rps,
+                    p.ok_rps,
+                    p.p50_ms,
+                    p.p99_ms,
+                    p.expired
+                );
+            }
+            for c in capacity::capacities(&points, slo_ms) {
+                println!(
+                    "capacity {}: {:.1} req/s at p99 {:.0} ms (SLO {slo_ms:.0} ms)",
+                    c.label, c.sustained_rps, c.p99_ms
+                );
+            }
+            println!("wrote {}/points.csv, capacity.csv, capacity.png", args.out.display());
+            Ok(())
+        }
+        Command::Plan(args) => {
+            let text = std::fs::read_to_string(&args.capacity)
+                .with_context(|| format!("reading {}", args.capacity.display()))?;
+            let capacities = parse_capacity(&text)?;
+            let best = plan::best(&capacities).context("the capacity file is empty")?;
+            match plan::replicas_for(args.target_qps, best.sustained_rps, args.headroom, args.max_replicas) {
+                Some(replicas) => println!(
+                    "{} req/s: {replicas} replicas of the best setting ({}: {:.0} req/s each at p99 {:.0} ms), {:.0} % headroom",
+                    args.target_qps,
+                    best.label,
+                    best.sustained_rps,
+                    best.p99_ms,
+                    args.headroom * 100.0
+                ),
+                None => bail!(
+                    "{} req/s needs more than {} replicas at {:.0} req/s each: add partitions or faster replicas",
+                    args.target_qps,
+                    args.max_replicas,
+                    best.sustained_rps
+                ),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `label,sustained_rps,p99_ms` lines after a header.
+fn parse_capacity(text: &str) -> Result<Vec<Capacity>> {
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, line)| {
+            let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+            match fields.as_slice() {
+                [label, rps, p99, ..] => Ok(Capacity {
+                    label: (*label).to_owned(),
+                    sustained_rps: rps.parse().with_context(|| format!("line {}: sustained_rps", i + 2))?,
+                    p99_ms: p99.parse().with_context(|| format!("line {}: p99_ms", i + 2))?,
+                }),
+                _ => bail!("line {}: expected label,sustained_rps,p99_ms", i + 2),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,294 @@
+//! One open-loop run against a fleet: send on the profile's Poisson clock
+//! without ever waiting for an answer, collect every answer from Redis,
+//! sample the consumer lag each second, and keep the books.
+//!
+//! The sender and the delivery reports feed one loop that owns all the
+//! state (no locks): it polls Redis for answers every 250 ms and stops when
+//! every acknowledged request has an outcome, or when the drain time after
+//! the last send has passed (what is still unanswered then is `missing`).
+
+use crate::collect::{self, Seen};
+use crate::ledger::{Ledger, Outcome};
+use crate::profile::{self, Profile};
+use crate::timeline::Record;
+use anyhow::{Context, Result};
+use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, SendError};
+use fleet_proto::{ModelName, RequestId};
+use indicatif::{ProgressBar, ProgressStyle};
+use rdkafka::consumer::BaseConsumer;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+pub struct RunConfig {
+    pub kafka: KafkaConfig,
+    pub redis: redis::Client,
+    pub model: ModelName,
+    pub profile: Profile,
+    pub duration: Duration,
+    pub seed: u64,
+    /// A bound on the requests of the run, whatever the profile says.
+    pub max_requests: usize,
+    /// Sentences the texts are made of.
+    pub corpus: Vec<String>,
+    /// Each request's deadline after its send; `None`: the model's TTL.
+    pub ttl: Option<Duration>,
+    /// How long to keep collecting answers after the last send.
+    pub drain: Duration,
+    /// Prefix of every request id (unique per run).
+    pub run_id: String,
+    pub progress: bool,
+    /// Producer admission for this run (`None`: every request is sent).
+    pub admission: Option<AdmissionRule>,
+}
+
+/// How the run's producer admits requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AdmissionRule {
+    /// Refuse above a fixed backlog (the constant someone guessed).
+    FixedBacklog(u64),
+    /// Refuse what the predicted wait says would expire.
+    PredictedWait,
+}
+
+pub struct RunOutcome {
+    pub records: Vec<Record>,
+    /// (seconds from the start, the group's total lag).
+    pub lag: Vec<(f64, u64)>,
+    pub ledger: Ledger,
+}
+
+enum Event {
+    Sent { index: usize, at_s: f64 },
+    NotSent { index: usize },
+    Delivered { index: usize, ok: bool },
+    SenderDone,
+}
+
+#[derive(Clone, Default)]
+struct State {
+    sent_s: Option<f64>,
+    delivered: Option<bool>,
+    seen: Option<(f64, Seen)>,
+}
+
+const POLL_EVERY: Duration = Duration::from_millis(250);
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The run's texts: the seeded mixed-length workload, each made unique by
+/// its number so that the feature cache answers none of them.
+pub fn texts(corpus: &[String], count: usize, seed: u64) -> Vec<String> {
+    crate::workload::generate(corpus, count, seed).into_iter().enumerate().map(|(i, t)| format!("{t} #{i}")).collect()
+}
+
+pub async fn run(config: RunConfig) -> Result<RunOutcome> {
+    let duration_s = config.duration.as_secs_f64();
+    let arrivals = profile::arrivals(config.profile, duration_s, config.seed, config.max_requests);
+    let texts = texts(&config.corpus, arrivals.len(), config.seed);
+    let ids: Vec<RequestId> = (0..arrivals.len())
+        .map(|i| RequestId::parse(&format!("{}-{i}", config.run_id)).context("run id"))
+        .collect::<Result<_>>()?;
+    let mut producer = FleetProducer::new(&config.kafka, "loadtest")?;
+    if let Some(rule) = config.admission {
+        let guard = match rule {
+            AdmissionRule::FixedBacklog(limit) => BacklogGuard::connect_client(config.redis.clone(), limit).await?,
+            AdmissionRule::PredictedWait => BacklogGuard::adaptive(config.redis.clone()).await?,
+        };
+        producer = producer.with_admission(guard);
+    }
+    let producer = Arc::new(producer);
+    let offsets: BaseConsumer = config
+        .kafka
+        .client_config()
+        .set("group.id", config.model.consumer_group())
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let offsets = Arc::new(offsets);
+    let dlq_before = dlq_high_watermark(&offsets, &config.model).await?;
+
+    let start = Instant::now();
+    let (events, mut inbox) = mpsc::unbounded_channel();
+    let sender = tokio::spawn(send_all(SendPlan {
+        producer,
+        model: config.model.clone(),
+        arrivals,
+        texts,
+        ids: ids.clone(),
+        ttl: config.ttl,
+        start,
+        events,
+    }));
+    let (stop_lag, lag_stopped) = oneshot::channel();
+    let lag_sampler = tokio::spawn(sample_lag(offsets.clone(), config.model.clone(), start, lag_stopped));
+
+    let progress = if config.progress { ProgressBar::new(ids.len() as u64) } else { ProgressBar::hidden() };
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} answered {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut conn = config.redis.get_multiplexed_async_connection().await.context("connecting to Redis")?;
+    let mut states = vec![State::default(); ids.len()];
+    let mut sender_done = false;
+    let mut last_send = start;
+    let mut tick = tokio::time::interval(POLL_EVERY);
+    loop {
+        tokio::select! {
+            event = inbox.recv() => match event {
+                Some(Event::Sent { index, at_s }) => { states[index].sent_s = Some(at_s); last_send = Instant::now(); }
+                Some(Event::NotSent { index }) => states[index].delivered = Some(false),
+                Some(Event::Delivered { index, ok }) => states[index].delivered = Some(ok),
+                Some(Event::SenderDone) => sender_done = true,
+                None => sender_done = true,
+            },
+            _ = tick.tick() => {
+                let pending: Vec<usize> = (0..ids.len())
+                    .filter(|&i| states[i].sent_s.is_some() && states[i].delivered != Some(false) && states[i].seen.is_none())
+                    .collect();
+                let pending_ids: Vec<RequestId> = pending.iter().map(|&i| ids[i].clone()).collect();
+                match collect::poll(&mut conn, &config.model, &pending_ids).await {
+                    Ok(found) => {
+                        let at = start.elapsed().as_secs_f64();
+                        for (&i, seen) in pending.iter().zip(found) {
+                            if let Some(seen) = seen {
+                                states[i].seen = Some((at, seen));
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "answer poll failed; retrying"),
+                }
+                let answered = states.iter().filter(|s| s.seen.is_some()).count();
+                let sent = states.iter().filter(|s| s.sent_s.is_some()).count();
+                progress.set_position(answered as u64);
+                progress.set_message(format!("({sent} sent)"));
+                let settled = states.iter().all(|s| s.delivered == Some(false) || s.seen.is_some());
+                if sender_done && (settled || last_send.elapsed() > config.drain) {
+                    break;
+                }
+            }
+        }
+    }
+    progress.finish_and_clear();
+    sender.await.context("sender task")?;
+    let _ = stop_lag.send(());
+    let lag = lag_sampler.await.context("lag sampler")?;
+    let dlq_after = dlq_high_watermark(&offsets, &config.model).await?;
+
+    let mut ledger = Ledger { dlq: dlq_after.saturating_sub(dlq_before), ..Ledger::default() };
+    let mut records = Vec::with_capacity(ids.len());
+    for (id, state) in ids.iter().zip(states) {
+        let Some(sent_s) = state.sent_s else { continue };
+        match state.delivered {
+            Some(false) => {
+                ledger.send_failed += 1;
+                continue;
+            }
+            _ => ledger.sent += 1,
+        }
+        let record = match state.seen {
+            Some((answered_s, seen)) => Record {
+                id: id.to_string(),
+                sent_s,
+                outcome: seen.outcome,
+                answered_s: Some(answered_s),
+                e2e_ms: Some(seen.e2e_ms),
+                queue_ms: Some(seen.queue_ms),
+                infer_ms: Some(seen.infer_ms),
+            },
+            None => Record {
+                id: id.to_string(),
+                sent_s,
+                outcome: Outcome::Missing,
+                answered_s: None,
+                e2e_ms: None,
+                queue_ms: None,
+                infer_ms: None,
+            },
+        };
+        ledger.record(&record.outcome);
+        records.push(record);
+    }
+    Ok(RunOutcome { records, lag, ledger })
+}
+
+struct SendPlan {
+    producer: Arc<FleetProducer>,
+    model: ModelName,
+    arrivals: Vec<f64>,
+    texts: Vec<String>,
+    ids: Vec<RequestId>,
+    ttl: Option<Duration>,
+    start: Instant,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+/// Sends each request at its arrival time; delivery reports come back as
+/// events from their own tasks, so a slow broker never delays the clock.
+async fn send_all(plan: SendPlan) {
+    let SendPlan { producer, model, arrivals, texts, ids, ttl, start, events } = plan;
+    for (index, ((at, text), id)) in arrivals.iter().zip(texts).zip(ids).enumerate() {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(*at)).await;
+        let mut request = Request::text(id, text);
+        if let Some(ttl) = ttl {
+            request.deadline_ms = Some(now_ms() + ttl.as_millis() as u64);
+        }
+        match producer.send(&model, &request).await {
+            Ok(delivery) => {
+                let _ = events.send(Event::Sent { index, at_s: start.elapsed().as_secs_f64() });
+                let events = events.clone();
+                tokio::spawn(async move {
+                    let ok = delivery.await.is_ok();
+                    let _ = events.send(Event::Delivered { index, ok });
+                });
+            }
+            Err(e) => {
+                match e {
+                    // Admission's refusals are the point of some runs: counted, not logged one by one.
+                    SendError::Overloaded(refused) => tracing::debug!(%refused, "refused by admission"),
+                    other => tracing::warn!(error = %other, "send failed"),
+                }
+                let _ = events.send(Event::Sent { index, at_s: start.elapsed().as_secs_f64() });
+                let _ = events.send(Event::NotSent { index });
+            }
+        }
+    }
+    let _ = events.send(Event::SenderDone);
+}
+
+/// The group's total lag once a second until stopped.
+async fn sample_lag(
+    consumer: Arc<BaseConsumer>,
+    model: ModelName,
+    start: Instant,
+    mut stop: oneshot::Receiver<()>,
+) -> Vec<(f64, u64)> {
+    let mut samples = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = &mut stop => return samples,
+            _ = tick.tick() => {}
+        }
+        let (consumer, group, topic) = (consumer.clone(), model.consumer_group(), model.topic());
+        let measured = tokio::task::spawn_blocking(move || {
+            fleet_ops::probe::measure(consumer.as_ref(), &group, &topic, Duration::from_secs(2))
+        })
+        .await;
+        if let Ok(Ok(lag)) = measured {
+            samples.push((start.elapsed().as_secs_f64(), lag.total()));
+        }
+    }
+}
+
+/// Messages ever written to the model's dead-letter topic (partition 0).
+async fn dlq_high_watermark(consumer: &Arc<BaseConsumer>, model: &ModelName) -> Result<u64> {
+    use rdkafka::consumer::Consumer;
+    let (consumer, topic) = (consumer.clone(), model.dlq_topic());
+    let (_, high) = tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10)))
+        .await?
+        .context("reading the dead-letter topic's watermark")?;
+    Ok(u64::try_from(high).unwrap_or(0))
+}

@@ -1,0 +1,56 @@
+//! The fault drills, shortened for `make test`: a fleet on this machine
+//! under steady load, one fault mid-run, and every request accounted for.
+//! They use the built `fleet-worker` (FLEET_BIN_DIR; `make test` builds it
+//! first) and, for the broker restart, the PostgreSQL on 127.0.0.1:5432.
+
+use loadtest::drill::{self, Drill, DrillConfig};
+use loadtest::fleet::Binaries;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn config() -> DrillConfig {
+    let corpus_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo-sentences.txt");
+    let corpus = std::fs::read_to_string(corpus_path).unwrap().lines().map(str::to_owned).collect();
+    DrillConfig {
+        binaries: Binaries::from_env().expect("fleet-worker (run make setup)"),
+        corpus,
+        rate: 30.0,
+        duration: Duration::from_secs(24),
+        fault_at: Duration::from_secs(6),
+        fault_for: Duration::from_secs(8),
+        partitions: 4,
+        seed: 7,
+    }
+}
+
+/// Runs one drill and checks its books, and that the fault really bit.
+async fn drill_closes_its_ledger(drill: Drill) {
+    let config = config();
+    let held_for_ms = (config.fault_for.as_millis() as f64) - 3000.0;
+    let outcome = drill::run(drill, config).await.unwrap_or_else(|e| panic!("{}: {e:#}", drill.name()));
+    let ledger = &outcome.run.ledger;
+    println!("{} {} slowest ok {:.0} ms", drill.name(), ledger.result_line(), outcome.slowest_ok_ms());
+    assert!(ledger.sent > 400, "{}: only {} sent", drill.name(), ledger.sent);
+    assert_eq!(ledger.lost(), 0, "{}: {}", drill.name(), ledger.result_line());
+    assert_eq!(ledger.error, 0, "{}: {:?}", drill.name(), ledger.errors_by_code);
+    assert!(ledger.ok > 0, "{}: nothing answered ok", drill.name());
+    match drill {
+        // The fault held requests up for about its length, and they were
+        // answered after it.
+        Drill::KillWorker | Drill::RedisOutage | Drill::RestartBroker => {
+            assert!(outcome.slowest_ok_ms() >= held_for_ms, "{}: no request was held up", drill.name())
+        }
+        // The joining worker took partitions and answered from them.
+        Drill::Rebalance => {
+            assert!(outcome.joiner_answers.unwrap_or(0.0) > 0.0, "the second worker answered nothing")
+        }
+    }
+}
+
+// One at a time: each starts a broker, Redis and workers on two cores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_drill_closes_its_ledger() {
+    for drill in [Drill::KillWorker, Drill::RedisOutage, Drill::Rebalance, Drill::RestartBroker] {
+        drill_closes_its_ledger(drill).await;
+    }
+}
