@@ -92,20 +92,30 @@ async fn wait_for(worker: &Worker, name: &str, labels: &[(&str, &str)], value: f
     }
 }
 
+/// A broker, Redis, `infer.minilm` (one partition: answers in send order
+/// within a bucket) and a ready worker with `extra` arguments.
+struct Fleet {
+    _broker: Broker,
+    redis: Redis,
+    worker: Worker,
+    producer: FleetProducer,
+}
+
+async fn start_fleet(extra: &[&str]) -> Fleet {
+    let (broker, redis) = (Broker::start(), Redis::start());
+    broker.create_topics(&minilm(), 1).await;
+    let worker = Worker::start("minilm", &broker, &redis, extra);
+    wait_for(&worker, "fleet_worker_ready", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
+    let producer = FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    Fleet { _broker: broker, redis, worker, producer }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn versions_swap_under_load_a_broken_one_is_refused_and_a_pin_rolls_back() {
     let _serial = serial().await;
-    let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
-    broker.create_topics(&model, 1).await;
     let repo = own_repo("swap");
-    let worker = Worker::start(
-        "minilm",
-        &broker,
-        &redis,
-        &["--model-repo", repo.to_str().unwrap(), "--model-poll-interval", "300ms", "--intra-op-threads", "1"],
-    );
-    let producer = FleetProducer::new(&broker.kafka(), "tests").unwrap();
-    wait_for(&worker, "fleet_worker_ready", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
+    let extra = ["--model-repo", repo.to_str().unwrap(), "--model-poll-interval", "300ms", "--intra-op-threads", "1"];
+    let Fleet { _broker, redis, worker, producer } = start_fleet(&extra).await;
 
     // A steady stream; version 2 appears a second in. The stream goes on
     // long enough for version 2 to load and warm up beside version 1.
@@ -163,15 +173,11 @@ async fn versions_swap_under_load_a_broken_one_is_refused_and_a_pin_rolls_back()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_newest_version_at_start_falls_back_to_the_one_before() {
     let _serial = serial().await;
-    let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
-    broker.create_topics(&model, 1).await;
     let repo = own_repo("start");
     std::fs::create_dir_all(repo.join("minilm/2")).unwrap();
     std::fs::copy(repo.join("minilm/1/tokenizer.json"), repo.join("minilm/2/tokenizer.json")).unwrap();
     std::fs::write(repo.join("minilm/2/model.pt"), b"truncated").unwrap();
-    let worker = Worker::start("minilm", &broker, &redis, &["--model-repo", repo.to_str().unwrap()]);
-    wait_for(&worker, "fleet_worker_ready", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
-    let producer = FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    let Fleet { _broker, redis, worker, producer } = start_fleet(&["--model-repo", repo.to_str().unwrap()]).await;
     let ids = send_paced(&producer, "start", &same_length_texts(3, "red"), Duration::ZERO).await;
     assert!(answers(&redis, &ids).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 1)));
     let scrape = worker.scrape().await;
@@ -184,14 +190,10 @@ async fn a_broken_newest_version_at_start_falls_back_to_the_one_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_over_the_memory_limit_are_split_and_every_row_is_answered() {
     let _serial = serial().await;
-    let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
-    broker.create_topics(&model, 1).await;
     // minilm's [device] estimate: 16384 B per token + 96 B per attention
     // cell. 4 MB holds about 20 rows of 11 tokens or 1 row of 200 tokens,
     // but no 512-token row.
-    let worker = Worker::start("minilm", &broker, &redis, &["--engine-memory-limit-bytes", "4000000"]);
-    wait_for(&worker, "fleet_worker_ready", &[("model", "minilm")], 1.0, Duration::from_secs(120)).await;
-    let producer = FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    let Fleet { _broker, redis, worker, producer } = start_fleet(&["--engine-memory-limit-bytes", "4000000"]).await;
     let mut texts = same_length_texts(64, "slow");
     let long: String = common::sentences().join(" ");
     texts.push(long);
