@@ -18,22 +18,16 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import Checks  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("minilm", "efficientnet_lite0")
 # fleet_proto::limits::MAX_MESSAGE_BYTES: 20 MB of image + 64 KiB of headers.
 MAX_MESSAGE_BYTES = 20_000_000 + 64 * 1024
 
-RESULTS: list[bool] = []
-
-
-def report(name, fn):
-    try:
-        detail = fn()
-        RESULTS.append(True)
-        print(f"  ok    {name}" + (f" ({detail})" if detail else ""))
-    except AssertionError as error:
-        RESULTS.append(False)
-        print(f"  FAIL  {name}: {error}")
+CHECKS = Checks("compose")
+report = CHECKS.report
 
 
 def main():
@@ -116,9 +110,7 @@ def main():
     report("compose: Prometheus scrapes the workers and fleet-lag, loads alerts.yml", scrape_targets)
     report("compose: Kafka in KRaft mode takes 20 MB images", kafka_limits)
     report("compose: Grafana provisioning points at the mounted dashboards and Prometheus", grafana)
-    failed = RESULTS.count(False)
-    print(f"compose: {len(RESULTS) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return CHECKS.summary()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import Checks  # noqa: E402
 from dashboard_metrics import alert_exprs, dashboard_exprs, metric_names  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,17 +73,8 @@ GRAFANA_VARIABLES = {
     r"\$__range\b": "1h",
 }
 
-RESULTS: list[bool] = []
-
-
-def report(name, fn):
-    try:
-        detail = fn()
-        RESULTS.append(True)
-        print(f"  ok    {name}" + (f" ({detail})" if detail else ""))
-    except AssertionError as error:
-        RESULTS.append(False)
-        print(f"  FAIL  {name}: {error}")
+CHECKS = Checks("dashboard")
+report = CHECKS.report
 
 
 def all_panels(dashboard):
@@ -177,9 +169,7 @@ def main():
     report("dashboard queries are valid PromQL", promql_valid)
     report("every lag sum deduplicates per partition first (dashboard and alerts)", lag_deduplicated)
     report("every metric in the dashboard and alerts is one the fleet exports", metrics_exported)
-    failed = RESULTS.count(False)
-    print(f"dashboard: {len(RESULTS) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return CHECKS.summary()
 
 
 if __name__ == "__main__":
