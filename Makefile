@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -38,6 +38,11 @@ loadtest:
 # Each fault drill at full length (make test runs them shortened).
 drills:
 	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && for d in kill-worker restart-broker redis-outage rebalance; do "$$FLEET_BIN_DIR/loadtest" drill $$d || exit 1; done'
+
+# Fixed backlog limit vs predicted-wait admission on the same burst, three
+# rounds (about 8 minutes; docs/benchmarks.md).
+bench-admission:
+	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models FLEET_INTRA_OP_THREADS=1 && "$$FLEET_BIN_DIR/loadtest" admission'
 
 # A burst's consumer lag, recorded and replayed through the HPA (docs/autoscaling.md).
 record-burst-lag:

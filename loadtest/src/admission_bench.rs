@@ -4,10 +4,14 @@
 //! lets in requests that will wait past their deadline and come back
 //! `expired`; with the predicted wait (backlog ÷ drain rate against the
 //! deadline) it refuses those at once. Counted from each run's ledger.
+//! Run-to-run noise on this box is several percent, more than the gap the
+//! comparison is about, so the pair is repeated (`rounds`, each with its own
+//! seed, the two rules alternating) and the books summed.
 
 use crate::fleet::{Binaries, LocalWorker};
 use crate::ledger::Ledger;
 use crate::profile::Profile;
+use crate::report;
 use crate::runner::{self, AdmissionRule, RunConfig};
 use anyhow::Result;
 use fleet_proto::ModelName;
@@ -23,14 +27,29 @@ pub struct AdmissionBench {
     pub deadline: Duration,
     pub fixed_backlog: u64,
     pub seed: u64,
+    pub rounds: u64,
     pub corpus: Vec<String>,
     pub partitions: i32,
     pub worker_args: Vec<String>,
+    /// Where each run's report folder goes (`round<N>-fixed`, …), if anywhere.
+    pub out: Option<std::path::PathBuf>,
 }
 
+#[derive(Debug, Clone, Default)]
 pub struct Compared {
     pub fixed: Ledger,
     pub adaptive: Ledger,
+}
+
+impl Compared {
+    /// The rounds' books summed, rule by rule.
+    pub fn total(rounds: &[Compared]) -> Compared {
+        rounds.iter().fold(Compared::default(), |mut total, round| {
+            total.fixed.add(&round.fixed);
+            total.adaptive.add(&round.adaptive);
+            total
+        })
+    }
 }
 
 /// `RESULT admission wasted_… served_…`: wasted = answered `expired`
@@ -42,13 +61,21 @@ pub fn result_line(c: &Compared) -> String {
     )
 }
 
-pub async fn run(bench: &AdmissionBench) -> Result<Compared> {
-    let fixed = one(bench, AdmissionRule::FixedBacklog(bench.fixed_backlog), "fixed").await?;
-    let adaptive = one(bench, AdmissionRule::PredictedWait, "adaptive").await?;
-    Ok(Compared { fixed, adaptive })
+/// Every round's pair of books; `on_round` sees each as it completes.
+pub async fn run(bench: &AdmissionBench, mut on_round: impl FnMut(u64, &Compared)) -> Result<Vec<Compared>> {
+    let mut rounds = Vec::new();
+    for round in 0..bench.rounds.max(1) {
+        let seed = bench.seed + round * 1_000;
+        let fixed = one(bench, AdmissionRule::FixedBacklog(bench.fixed_backlog), "fixed", seed, round + 1).await?;
+        let adaptive = one(bench, AdmissionRule::PredictedWait, "adaptive", seed, round + 1).await?;
+        let compared = Compared { fixed, adaptive };
+        on_round(round + 1, &compared);
+        rounds.push(compared);
+    }
+    Ok(rounds)
 }
 
-async fn one(bench: &AdmissionBench, rule: AdmissionRule, name: &str) -> Result<Ledger> {
+async fn one(bench: &AdmissionBench, rule: AdmissionRule, name: &str, seed: u64, round: u64) -> Result<Ledger> {
     let model = ModelName::parse(MODEL)?;
     let broker = Broker::start();
     let redis = Redis::start();
@@ -68,12 +95,12 @@ async fn one(bench: &AdmissionBench, rule: AdmissionRule, name: &str) -> Result<
         model: model.clone(),
         profile: Profile::Steady { rate: 10.0 },
         duration: Duration::from_secs(5),
-        seed: bench.seed + 1,
+        seed: seed + 1,
         max_requests: usize::MAX,
         corpus: bench.corpus.clone(),
         ttl: None,
         drain: Duration::from_secs(30),
-        run_id: format!("adm-warm-{name}-{}", std::process::id()),
+        run_id: format!("adm-warm-{name}-{seed}-{}", std::process::id()),
         progress: false,
         admission: None,
     };
@@ -84,16 +111,23 @@ async fn one(bench: &AdmissionBench, rule: AdmissionRule, name: &str) -> Result<
         model,
         profile: bench.profile,
         duration: bench.duration,
-        seed: bench.seed,
+        seed,
         max_requests: usize::MAX,
         corpus: bench.corpus.clone(),
         ttl: Some(bench.deadline),
         drain: bench.deadline + Duration::from_secs(30),
-        run_id: format!("adm-{name}-{}", std::process::id()),
+        run_id: format!("adm-{name}-{seed}-{}", std::process::id()),
         progress: false,
         admission: Some(rule),
     })
     .await?;
     drop(worker);
+    if let Some(out) = &bench.out {
+        report::write(
+            &out.join(format!("round{round}-{name}")),
+            &format!("admission: {name}, round {round}"),
+            &outcome,
+        )?;
+    }
     Ok(outcome.ledger)
 }

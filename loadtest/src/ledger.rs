@@ -43,6 +43,20 @@ impl Ledger {
         }
     }
 
+    /// Adds another run's books to these (runs repeated to average out noise).
+    pub fn add(&mut self, other: &Ledger) {
+        self.sent += other.sent;
+        self.send_failed += other.send_failed;
+        self.ok += other.ok;
+        self.error += other.error;
+        self.expired += other.expired;
+        self.dlq += other.dlq;
+        self.missing += other.missing;
+        for (code, n) in &other.errors_by_code {
+            *self.errors_by_code.entry(code.clone()).or_default() += n;
+        }
+    }
+
     /// Dead letters counted against the requests that have no answer.
     pub fn dead_lettered(&self) -> u64 {
         self.dlq.min(self.missing)
@@ -83,6 +97,14 @@ mod tests {
         assert_eq!((l.ok, l.expired, l.error, l.missing, l.lost()), (1, 1, 1, 1, 1));
         assert_eq!(l.errors_by_code["text_too_long"], 1);
         assert_eq!(l.result_line(), "RESULT loadtest lost=1 sent=4 ok=1 error=1 expired=1 dlq=0");
+    }
+
+    #[test]
+    fn added_books_sum_every_count() {
+        let mut total = ledger(&[Outcome::Ok, Outcome::Error("bad_utf8".into())], 0);
+        total.add(&ledger(&[Outcome::Expired, Outcome::Error("bad_utf8".into()), Outcome::Missing], 1));
+        assert_eq!((total.sent, total.ok, total.error, total.expired, total.missing, total.dlq), (5, 1, 2, 1, 1, 1));
+        assert_eq!((total.errors_by_code["bad_utf8"], total.lost()), (2, 0));
     }
 
     #[test]

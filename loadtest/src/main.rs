@@ -65,6 +65,13 @@ struct AdmissionArgs {
     partitions: i32,
     #[arg(long, default_value_t = 3)]
     seed: u64,
+    /// How many times the pair of runs is repeated (books summed): one
+    /// run's noise is larger than the difference measured.
+    #[arg(long, default_value_t = 3)]
+    rounds: u64,
+    /// Write each run's report folder (records, seconds, plots) under this.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// An extra fleet-worker argument (repeatable).
     #[arg(long = "worker-arg", allow_hyphen_values = true)]
     worker_args: Vec<String>,
@@ -110,17 +117,8 @@ enum ProfileName {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Kafka bootstrap servers.
-    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092")]
-    brokers: String,
-    /// Extra librdkafka property, key=value (repeatable).
-    #[arg(long = "kafka-property", value_parser = fleet_proto::client_properties::parse_pair)]
-    kafka_properties: Vec<(String, String)>,
-    /// A file of librdkafka properties (SASL/TLS settings).
-    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE")]
-    kafka_properties_file: Option<PathBuf>,
     #[command(flatten)]
-    kafka_security: fleet_connect::kafka_security::KafkaSecurity,
+    kafka: fleet_connect::kafka::KafkaArgs,
     #[command(flatten)]
     redis: RedisConfig,
     #[arg(long, default_value = "minilm")]
@@ -275,12 +273,7 @@ async fn execute(command: Command) -> Result<()> {
                 ProfileName::Ramp => "ramp",
                 ProfileName::Burst => "burst",
             };
-            let extra = fleet_connect::kafka::properties(
-                args.kafka_properties_file.as_deref(),
-                &args.kafka_security,
-                &args.kafka_properties,
-            )?;
-            let kafka = KafkaConfig { brokers: args.brokers, extra };
+            let kafka = KafkaConfig::from_args(&args.kafka)?;
             fleet_connect::kafka_check::check_at_start(&kafka.client_config(), std::time::Duration::from_secs(10))?;
             let started = unix_s();
             let outcome = runner::run(RunConfig {
@@ -316,25 +309,21 @@ async fn execute(command: Command) -> Result<()> {
                 deadline: args.deadline,
                 fixed_backlog: args.fixed_backlog,
                 seed: args.seed,
+                rounds: args.rounds,
                 corpus: read_corpus(&args.corpus)?,
                 partitions: args.partitions,
                 worker_args: args.worker_args,
+                out: args.out,
             };
-            let compared = admission_bench::run(&bench).await?;
-            for (name, ledger) in [("fixed backlog limit", &compared.fixed), ("predicted wait", &compared.adaptive)] {
-                println!(
-                    "{name}: offered {}, refused by the producer {}, ok {}, expired {}, error {}, dlq {}, missing {}",
-                    ledger.sent + ledger.send_failed,
-                    ledger.send_failed,
-                    ledger.ok,
-                    ledger.expired,
-                    ledger.error,
-                    ledger.dlq,
-                    ledger.missing
-                );
-                println!("  {}", ledger.result_line());
-            }
-            println!("{}", admission_bench::result_line(&compared));
+            let rounds = admission_bench::run(&bench, |round, compared| {
+                println!("round {round}:");
+                print_admission_books(compared);
+            })
+            .await?;
+            let total = admission_bench::Compared::total(&rounds);
+            println!("all {} rounds:", rounds.len());
+            print_admission_books(&total);
+            println!("{}", admission_bench::result_line(&total));
             Ok(())
         }
         Command::Drill(args) => {
@@ -443,4 +432,20 @@ fn parse_capacity(text: &str) -> Result<Vec<Capacity>> {
             }
         })
         .collect()
+}
+
+fn print_admission_books(compared: &admission_bench::Compared) {
+    for (name, ledger) in [("fixed backlog limit", &compared.fixed), ("predicted wait", &compared.adaptive)] {
+        println!(
+            "  {name}: offered {}, refused by the producer {}, ok {}, expired {}, error {}, dlq {}, missing {}",
+            ledger.sent + ledger.send_failed,
+            ledger.send_failed,
+            ledger.ok,
+            ledger.expired,
+            ledger.error,
+            ledger.dlq,
+            ledger.missing
+        );
+        println!("    {}", ledger.result_line());
+    }
 }

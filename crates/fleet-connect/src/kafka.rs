@@ -1,11 +1,44 @@
 //! librdkafka client settings: bootstrap servers, then the properties of a
 //! file (`key=value` lines, see `fleet_proto::client_properties`), then the
 //! security flags (`kafka_security`), then properties given one by one,
-//! each overriding what came before.
+//! each overriding what came before. [`KafkaArgs`] is the one set of flags
+//! every fleet binary takes for it.
 
 use crate::kafka_security::{KafkaSecurity, SecurityError};
 use rdkafka::ClientConfig;
 use std::path::{Path, PathBuf};
+
+/// The Kafka flags of every fleet binary (worker, fleet-produce, fleet-lag,
+/// loadtest). Global, so a binary with subcommands takes them before or
+/// after the subcommand's name.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092", global = true)]
+    pub brokers: String,
+    /// Extra librdkafka property, key=value (repeatable); overrides the file and the security flags.
+    #[arg(long = "kafka-property", value_parser = fleet_proto::client_properties::parse_pair, global = true)]
+    pub kafka_properties: Vec<(String, String)>,
+    /// A file of librdkafka properties, key=value lines (e.g. SASL/TLS
+    /// settings mounted from a Secret, so no password is on a command line).
+    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE", global = true)]
+    pub kafka_properties_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub security: KafkaSecurity,
+}
+
+impl KafkaArgs {
+    /// Every property but the brokers, in the order they apply. Errors name
+    /// the file and line, never a value (it may be a password).
+    pub fn properties(&self) -> Result<Vec<(String, String)>, KafkaConfigError> {
+        properties(self.kafka_properties_file.as_deref(), &self.security, &self.kafka_properties)
+    }
+
+    /// A librdkafka config with the brokers and every property.
+    pub fn client_config(&self) -> Result<ClientConfig, KafkaConfigError> {
+        client_config(&self.brokers, self.kafka_properties_file.as_deref(), &self.security, &self.kafka_properties)
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaConfigError {

@@ -11,7 +11,10 @@
 //!
 //! The reports come from Redis (`fleet_proto::backlog`), cached for
 //! `refresh` (default 250 ms) so a busy producer costs Redis a few reads per
-//! second, not one per message. When Redis cannot be read, or no drain rate
+//! second, not one per message. A report is up to a second or so old, so
+//! both rules judge the backlog projected to now: the report, plus what this
+//! producer has sent since it was made, less what the workers drained
+//! meanwhile (`backlog::projected`). When Redis cannot be read, or no drain rate
 //! is known yet (an idle or starting fleet), the check lets the send through
 //! (fail open): the workers' own in-flight bounds keep them safe either way.
 //! Metrics (through the `metrics` facade, exported if the application
@@ -22,7 +25,7 @@ use fleet_proto::backlog::{self, Load};
 use fleet_proto::ModelName;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, AsyncConnectionConfig};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -59,6 +62,27 @@ pub struct BacklogGuard {
     predict_wait: bool,
     refresh: Duration,
     cache: Mutex<HashMap<ModelName, (Instant, Option<Load>)>>,
+    sent: Mutex<HashMap<ModelName, SendLog>>,
+}
+
+/// When this producer sent to a model lately (Unix ms, oldest first): the
+/// sends a report may not have seen yet. Reports older than
+/// `backlog::MAX_REPORT_AGE_MS` do not count, so neither do older sends.
+#[derive(Debug, Default)]
+struct SendLog(VecDeque<u64>);
+
+impl SendLog {
+    fn record(&mut self, at_ms: u64) {
+        self.0.push_back(at_ms);
+        while self.0.front().is_some_and(|&t| t + backlog::MAX_REPORT_AGE_MS < at_ms) {
+            self.0.pop_front();
+        }
+    }
+
+    /// Sends made after `at_ms`.
+    fn since(&self, at_ms: u64) -> u64 {
+        (self.0.len() - self.0.partition_point(|&t| t <= at_ms)) as u64
+    }
 }
 
 impl BacklogGuard {
@@ -88,6 +112,7 @@ impl BacklogGuard {
             predict_wait: false,
             refresh: Duration::from_millis(250),
             cache: Mutex::new(HashMap::new()),
+            sent: Mutex::new(HashMap::new()),
         })
     }
 
@@ -107,14 +132,31 @@ impl BacklogGuard {
         self
     }
 
-    /// The model's current backlog as the workers reported it (`None`: no
-    /// fresh report, e.g. no worker running).
+    /// The model's backlog as the workers last reported it, projected to
+    /// now (`None`: no fresh report, e.g. no worker running).
     pub async fn backlog(&self, model: &ModelName) -> Option<u64> {
         self.load(model).await.map(|load| load.backlog)
     }
 
-    /// Backlog and drain rate, summed over the workers' fresh reports.
+    /// Backlog and drain rate, summed over the workers' fresh reports and
+    /// projected to now with this producer's sends since.
     pub async fn load(&self, model: &ModelName) -> Option<Load> {
+        let reported = self.reported(model).await?;
+        let now = now_ms();
+        let sent_since = self.sent.lock().ok().and_then(|sent| sent.get(model).map(|log| log.since(reported.at_ms)));
+        Some(backlog::projected(&reported, sent_since.unwrap_or(0), now))
+    }
+
+    /// Counts a send into the projection until a report includes it. The
+    /// producer calls this for every request it enqueues past admission.
+    pub fn record_sent(&self, model: &ModelName) {
+        if let Ok(mut sent) = self.sent.lock() {
+            sent.entry(model.clone()).or_default().record(now_ms());
+        }
+    }
+
+    /// The workers' reports as read from Redis (cached for `refresh`).
+    async fn reported(&self, model: &ModelName) -> Option<Load> {
         if let Some((at, value)) = self.cached(model) {
             if at.elapsed() < self.refresh {
                 return value;
@@ -128,10 +170,6 @@ impl BacklogGuard {
                 None
             }
         };
-        if let Some(wait) = value.as_ref().and_then(backlog::predicted_wait_ms) {
-            metrics::gauge!("fleet_admission_predicted_wait_seconds", "model" => model.to_string())
-                .set(wait as f64 / 1000.0);
-        }
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(model.clone(), (Instant::now(), value));
         }
@@ -149,7 +187,12 @@ impl BacklogGuard {
         let deadline_left_ms = self
             .predict_wait
             .then(|| deadline_ms.map_or(DEFAULT_REQUEST_TTL_MS, |deadline| deadline.saturating_sub(now_ms())));
-        let verdict = admit(model, self.load(model).await, self.max_backlog, deadline_left_ms);
+        let load = self.load(model).await;
+        if let Some(wait) = load.as_ref().and_then(backlog::predicted_wait_ms) {
+            metrics::gauge!("fleet_admission_predicted_wait_seconds", "model" => model.to_string())
+                .set(wait as f64 / 1000.0);
+        }
+        let verdict = admit(model, load, self.max_backlog, deadline_left_ms);
         if let Err(refused) = &verdict {
             let reason = match refused {
                 Overloaded::Backlog { .. } => "backlog",
@@ -185,7 +228,7 @@ mod tests {
 
     #[test]
     fn a_request_that_would_expire_is_refused_and_one_that_would_not_is_let_in() {
-        let load = Some(Load { backlog: 1_000, drain_per_s: Some(100.0) }); // 10 s of work ahead
+        let load = Some(Load { backlog: 1_000, drain_per_s: Some(100.0), at_ms: 0 }); // 10 s of work ahead
         assert!(admit(&minilm(), load, None, Some(15_000)).is_ok());
         let refused = admit(&minilm(), load, None, Some(5_000)).unwrap_err();
         assert_eq!(
@@ -198,8 +241,19 @@ mod tests {
     #[test]
     fn without_reports_or_a_drain_rate_it_fails_open() {
         assert!(admit(&minilm(), None, Some(1), Some(1)).is_ok());
-        let no_rate = Some(Load { backlog: 1_000_000, drain_per_s: None });
+        let no_rate = Some(Load { backlog: 1_000_000, drain_per_s: None, at_ms: 0 });
         assert!(admit(&minilm(), no_rate, None, Some(1)).is_ok());
+    }
+
+    #[test]
+    fn the_send_log_counts_sends_after_a_report_and_forgets_old_ones() {
+        let mut log = SendLog::default();
+        for at in [1_000, 1_200, 1_200, 1_500] {
+            log.record(at);
+        }
+        assert_eq!((log.since(0), log.since(1_000), log.since(1_200), log.since(1_500)), (4, 3, 1, 0));
+        log.record(1_000 + backlog::MAX_REPORT_AGE_MS + 100);
+        assert_eq!(log.since(0), 4, "the send at 1000 is older than any report that counts; the rest stay");
     }
 
     proptest! {
@@ -207,7 +261,7 @@ mod tests {
         fn a_later_deadline_is_never_refused_where_an_earlier_one_is_admitted(
             backlog in 0u64..100_000, drain in 0.5f64..5_000.0, deadline in 0u64..120_000, later in 0u64..60_000,
         ) {
-            let load = Some(Load { backlog, drain_per_s: Some(drain) });
+            let load = Some(Load { backlog, drain_per_s: Some(drain), at_ms: 0 });
             if admit(&minilm(), load, None, Some(deadline)).is_ok() {
                 prop_assert!(admit(&minilm(), load, None, Some(deadline + later)).is_ok());
             }
@@ -217,7 +271,7 @@ mod tests {
         fn admitted_means_the_predicted_wait_fits_the_deadline(
             backlog in 0u64..100_000, drain in 0.5f64..5_000.0, deadline in 0u64..120_000,
         ) {
-            let load = Load { backlog, drain_per_s: Some(drain) };
+            let load = Load { backlog, drain_per_s: Some(drain), at_ms: 0 };
             let admitted = admit(&minilm(), Some(load), None, Some(deadline)).is_ok();
             prop_assert_eq!(admitted, backlog::predicted_wait_ms(&load).unwrap() <= deadline);
         }

@@ -26,6 +26,12 @@ impl KafkaConfig {
         Self { brokers: brokers.into(), extra: Vec::new() }
     }
 
+    /// From a binary's Kafka flags (`fleet_connect::kafka::KafkaArgs`): the
+    /// properties file, TLS/SASL settings and `--kafka-property` entries.
+    pub fn from_args(args: &fleet_connect::kafka::KafkaArgs) -> Result<Self, fleet_connect::kafka::KafkaConfigError> {
+        Ok(Self { brokers: args.brokers.clone(), extra: args.properties()? })
+    }
+
     /// A librdkafka config with the brokers and the pass-through properties.
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -36,6 +42,3 @@ impl KafkaConfig {
         config
     }
 }
-
-/// Parses `key=value` (for `--kafka-property`).
-pub use fleet_proto::client_properties::parse_pair as parse_property;

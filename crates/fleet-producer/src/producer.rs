@@ -85,7 +85,17 @@ impl FleetProducer {
         if let Some(guard) = &self.guard {
             guard.check_request(model, request.deadline_ms).await?;
         }
-        self.enqueue(model, request).await
+        let delivery = self.enqueue(model, request).await?;
+        self.count_sent(model);
+        Ok(delivery)
+    }
+
+    /// Admission projects the backlog with this producer's own sends until a
+    /// worker's report includes them.
+    fn count_sent(&self, model: &ModelName) {
+        if let Some(guard) = &self.guard {
+            guard.record_sent(model);
+        }
     }
 
     async fn enqueue(&self, model: &ModelName, request: &Request) -> Result<Delivery, SendError> {
@@ -133,6 +143,7 @@ impl FleetProducer {
         for (model, request) in parts {
             let part = Request { parts: parts.len() as u32, ..request.clone() };
             deliveries.push(self.enqueue(model, &part).await?);
+            self.count_sent(model);
         }
         Ok(deliveries)
     }

@@ -53,24 +53,45 @@ pub struct Load {
     pub backlog: u64,
     /// Summed over the fresh reports that carry one; `None` if none does.
     pub drain_per_s: Option<f64>,
+    /// When the oldest of the summed reports was made (Unix ms): sends after
+    /// it may be missing from `backlog`.
+    pub at_ms: u64,
 }
 
 /// `None` when no worker reported recently (nobody is consuming: nothing
 /// to say).
 pub fn fresh_load<'a>(reports: impl IntoIterator<Item = &'a str>, now_ms: u64) -> Option<Load> {
     reports.into_iter().filter_map(decode).filter(|r| r.at_ms + MAX_REPORT_AGE_MS >= now_ms).fold(None, |load, r| {
-        let Load { backlog, drain_per_s } = load.unwrap_or(Load { backlog: 0, drain_per_s: None });
+        let Load { backlog, drain_per_s, at_ms } =
+            load.unwrap_or(Load { backlog: 0, drain_per_s: None, at_ms: r.at_ms });
         let drain = match (drain_per_s, r.drain_per_s) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
         };
-        Some(Load { backlog: backlog + r.backlog, drain_per_s: drain })
+        Some(Load { backlog: backlog + r.backlog, drain_per_s: drain, at_ms: at_ms.min(r.at_ms) })
     })
 }
 
 /// The model's backlog: the sum over workers whose report is fresh.
 pub fn fresh_total<'a>(reports: impl IntoIterator<Item = &'a str>, now_ms: u64) -> Option<u64> {
     fresh_load(reports, now_ms).map(|load| load.backlog)
+}
+
+/// The load as it stands at `now_ms`, from a report made earlier: what the
+/// workers held then, plus the `sent_since` requests this producer sent
+/// after the report, less what the fleet drained meanwhile at its rate.
+///
+/// Why: reports are up to a second or so old, and a burst sends hundreds of
+/// requests in that time. Judged on the raw report, a producer lets in a
+/// whole report's worth of requests past the point where they can still be
+/// served (they come back `expired`), then refuses while the backlog those
+/// made drains, though the workers could by then have served more. Other
+/// producers' sends since the report are not seen; the next report has them.
+pub fn projected(load: &Load, sent_since: u64, now_ms: u64) -> Load {
+    let elapsed_s = now_ms.saturating_sub(load.at_ms) as f64 / 1000.0;
+    let drained = load.drain_per_s.map_or(0.0, |drain| drain * elapsed_s);
+    let backlog = ((load.backlog + sent_since) as f64 - drained).max(0.0).round() as u64;
+    Load { backlog, at_ms: now_ms.max(load.at_ms), ..*load }
 }
 
 /// How long a request sent now would wait before the fleet reaches it: the
@@ -92,7 +113,7 @@ mod tests {
         let reports =
             [encode(7, now - 100, 2.0), encode(5, now - 4_000, 3.5), encode(1_000, now - 6_000, 9.0), "junk".into()];
         let load = fresh_load(reports.iter().map(String::as_str), now).unwrap();
-        assert_eq!(load, Load { backlog: 12, drain_per_s: Some(5.5) });
+        assert_eq!(load, Load { backlog: 12, drain_per_s: Some(5.5), at_ms: now - 4_000 });
         assert_eq!(fresh_total(reports.iter().map(String::as_str), now), Some(12));
         assert_eq!(fresh_total([encode(3, 1, 1.0).as_str()], now), None);
         assert_eq!(fresh_total([], now), None);
@@ -107,11 +128,30 @@ mod tests {
         assert_eq!(predicted_wait_ms(&load), None, "no rate, no prediction: admit");
     }
 
+    fn load(backlog: u64, drain_per_s: f64) -> Load {
+        Load { backlog, drain_per_s: Some(drain_per_s), at_ms: 0 }
+    }
+
     #[test]
     fn the_wait_is_the_backlog_at_the_drain_rate() {
-        assert_eq!(predicted_wait_ms(&Load { backlog: 100, drain_per_s: Some(50.0) }), Some(2_000));
-        assert_eq!(predicted_wait_ms(&Load { backlog: 0, drain_per_s: Some(50.0) }), Some(0));
-        assert_eq!(predicted_wait_ms(&Load { backlog: 100, drain_per_s: Some(0.1) }), None, "idle or stalled");
+        assert_eq!(predicted_wait_ms(&load(100, 50.0)), Some(2_000));
+        assert_eq!(predicted_wait_ms(&load(0, 50.0)), Some(0));
+        assert_eq!(predicted_wait_ms(&load(100, 0.1)), None, "idle or stalled");
+    }
+
+    #[test]
+    fn a_projection_adds_the_sends_since_the_report_and_takes_off_what_drained() {
+        let report = Load { backlog: 100, drain_per_s: Some(50.0), at_ms: 10_000 };
+        // 600 ms later: 30 drained, 80 more sent.
+        let now = projected(&report, 80, 10_600);
+        assert_eq!(now, Load { backlog: 150, drain_per_s: Some(50.0), at_ms: 10_600 });
+        // Long enough for all of it to drain: empty, never negative.
+        assert_eq!(projected(&report, 0, 20_000).backlog, 0);
+        // No rate known: only the sends are added.
+        let no_rate = Load { drain_per_s: None, ..report };
+        assert_eq!(projected(&no_rate, 7, 60_000).backlog, 107);
+        // A report from a clock slightly ahead: nothing drained yet.
+        assert_eq!(projected(&report, 0, 9_900), Load { at_ms: 10_000, ..report });
     }
 
     proptest! {
@@ -119,9 +159,21 @@ mod tests {
         fn more_backlog_never_shortens_and_more_drain_never_lengthens_the_wait(
             backlog in 0u64..1_000_000, extra in 0u64..1_000, drain in 0.5f64..10_000.0, faster in 0.0f64..100.0,
         ) {
-            let wait = |b, d| predicted_wait_ms(&Load { backlog: b, drain_per_s: Some(d) }).unwrap();
+            let wait = |b, d| predicted_wait_ms(&load(b, d)).unwrap();
             prop_assert!(wait(backlog + extra, drain) >= wait(backlog, drain));
             prop_assert!(wait(backlog, drain + faster) <= wait(backlog, drain));
+        }
+
+        #[test]
+        fn more_sends_never_shrink_and_more_time_never_grows_the_projection(
+            backlog in 0u64..100_000, drain in 0.0f64..5_000.0, sent in 0u64..10_000, more in 0u64..1_000,
+            elapsed in 0u64..10_000, later in 0u64..10_000,
+        ) {
+            let report = Load { backlog, drain_per_s: Some(drain), at_ms: 1_000 };
+            let at = |sent, elapsed| projected(&report, sent, 1_000 + elapsed).backlog;
+            prop_assert!(at(sent + more, elapsed) >= at(sent, elapsed));
+            prop_assert!(at(sent, elapsed + later) <= at(sent, elapsed));
+            prop_assert!(at(sent, elapsed) <= backlog + sent);
         }
 
         #[test]

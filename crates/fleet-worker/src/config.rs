@@ -18,18 +18,10 @@ pub struct WorkerArgs {
     /// The model repository (models/<model>/config.toml, models/<model>/<version>/).
     #[arg(long, env = "FLEET_MODEL_REPO", default_value = "models")]
     pub model_repo: PathBuf,
-    /// Kafka bootstrap servers.
-    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092")]
-    pub brokers: String,
-    /// Extra librdkafka property for the consumer and DLQ producer, key=value (repeatable).
-    #[arg(long = "kafka-property", value_parser = fleet_proto::client_properties::parse_pair)]
-    pub kafka_properties: Vec<(String, String)>,
-    /// A file of librdkafka properties, key=value lines (SASL/TLS settings
-    /// mounted from a Secret); --kafka-property entries override it.
-    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE")]
-    pub kafka_properties_file: Option<PathBuf>,
+    /// Brokers, librdkafka properties (file and flags), TLS and SASL: for
+    /// the consumer and the dead-letter producer.
     #[command(flatten)]
-    pub kafka_security: fleet_connect::kafka_security::KafkaSecurity,
+    pub kafka: fleet_connect::kafka::KafkaArgs,
     #[command(flatten)]
     pub redis: fleet_connect::redis::RedisConfig,
     /// Where /metrics, /healthz and /ready are served.
@@ -109,12 +101,7 @@ impl WorkerArgs {
     /// `--kafka-property` entries. Errors name the file and line, never a
     /// value (it may be a password).
     pub fn kafka_config(&self) -> Result<rdkafka::ClientConfig, fleet_connect::kafka::KafkaConfigError> {
-        fleet_connect::kafka::client_config(
-            &self.brokers,
-            self.kafka_properties_file.as_deref(),
-            &self.kafka_security,
-            &self.kafka_properties,
-        )
+        self.kafka.client_config()
     }
 
     pub fn intra_op_threads(&self) -> usize {

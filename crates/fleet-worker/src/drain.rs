@@ -1,47 +1,75 @@
-//! How fast this worker drains its backlog: answers per second of *busy*
-//! engine time over the last few seconds, published with its backlog so
+//! How fast this worker drains its backlog, published with the backlog so
 //! producers can predict the wait a new request would see
 //! (`fleet_proto::backlog::predicted_wait_ms`). Pure: fed running totals.
 //!
-//! Why busy time and not wall time: a worker offered 20 req/s answers 20/s
-//! whatever it could do, so answers per wall second would predict a burst's
-//! wait from the calm before it, twice too long on this box, and refuse
-//! requests it could have served. Per busy second it is what the worker
-//! does when it has work, which is the rate a backlog drains at.
+//! Two measures, the first that has enough data wins:
+//!
+//! 1. **Answers per wall second while saturated**: over the sampling
+//!    intervals that began with more backlog than the worker answered in
+//!    them (it never ran out of work, so it went as fast as it could). This
+//!    is the rate a backlog really shrinks at, with everything that costs
+//!    time (tokenizing, batching, Redis) and everything that is nearly free
+//!    (requests dropped as expired), and with the bigger batches a long
+//!    queue allows.
+//! 2. **Answers per second of busy engine time**, when the worker was not
+//!    saturated lately: a worker offered 20 req/s answers 20/s whatever it
+//!    could do, so per wall second it would predict a burst's wait from the
+//!    calm before it and refuse what it could have served. Per busy second
+//!    it is what the worker does when it has work; it underestimates a
+//!    saturated worker (small batches, engine time only), which the first
+//!    measure takes over from within a few seconds of a burst.
 
 use std::collections::VecDeque;
 
-/// The rate is measured over this window: long enough to smooth batch
-/// rhythm, short enough to follow a change of model or machine load.
-pub const WINDOW_MS: u64 = 5_000;
+/// Rates are measured over this window: long enough to smooth batch
+/// rhythm, short enough to follow a burst as batches grow.
+pub const WINDOW_MS: u64 = 10_000;
 
-/// Less busy time than this in the window says nothing: no rate.
-pub const MIN_BUSY_US: u64 = 250_000;
+/// Less busy (or saturated) time than this in the window says nothing.
+pub const MIN_MEASURED_US: u64 = 250_000;
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at_ms: u64,
+    answered: u64,
+    busy_us: u64,
+    /// The backlog measured with this sample (`None`: not measured).
+    backlog: Option<u64>,
+}
 
 #[derive(Debug, Default)]
 pub struct DrainMeter {
-    /// (time, answers written so far, engine busy µs so far), oldest first.
-    samples: VecDeque<(u64, u64, u64)>,
+    /// Oldest first, spanning about the window.
+    samples: VecDeque<Sample>,
 }
 
 impl DrainMeter {
-    /// Records the running totals at `now_ms`; returns answers per busy
-    /// second over the window, 0 while the engine was too little busy to say.
-    pub fn observe(&mut self, now_ms: u64, answered_total: u64, busy_us_total: u64) -> f64 {
-        self.samples.push_back((now_ms, answered_total, busy_us_total));
-        while self.samples.len() > 2 && self.samples.front().is_some_and(|&(at, _, _)| at + WINDOW_MS < now_ms) {
+    /// Records the running totals and the backlog at `now_ms`; returns the
+    /// drain rate (answers per second), 0 when there is too little to say.
+    pub fn observe(&mut self, now_ms: u64, answered_total: u64, busy_us_total: u64, backlog: Option<u64>) -> f64 {
+        self.samples.push_back(Sample { at_ms: now_ms, answered: answered_total, busy_us: busy_us_total, backlog });
+        while self.samples.len() > 2 && self.samples.front().is_some_and(|s| s.at_ms + WINDOW_MS < now_ms) {
             self.samples.pop_front();
         }
-        let (Some(&(_, first_answers, first_busy)), Some(&(_, last_answers, last_busy))) =
-            (self.samples.front(), self.samples.back())
-        else {
-            return 0.0;
-        };
-        let busy_us = last_busy.saturating_sub(first_busy);
-        if busy_us < MIN_BUSY_US {
-            return 0.0;
+        self.saturated_rate().or_else(|| self.busy_rate()).unwrap_or(0.0)
+    }
+
+    fn saturated_rate(&self) -> Option<f64> {
+        let (mut answers, mut wall_us) = (0u64, 0u64);
+        for (from, to) in self.samples.iter().zip(self.samples.iter().skip(1)) {
+            let answered = to.answered.saturating_sub(from.answered);
+            if from.backlog.is_some_and(|backlog| backlog > answered) {
+                answers += answered;
+                wall_us += to.at_ms.saturating_sub(from.at_ms) * 1_000;
+            }
         }
-        last_answers.saturating_sub(first_answers) as f64 * 1e6 / busy_us as f64
+        (wall_us >= MIN_MEASURED_US).then(|| answers as f64 * 1e6 / wall_us as f64)
+    }
+
+    fn busy_rate(&self) -> Option<f64> {
+        let (first, last) = (self.samples.front()?, self.samples.back()?);
+        let busy_us = last.busy_us.saturating_sub(first.busy_us);
+        (busy_us >= MIN_MEASURED_US).then(|| last.answered.saturating_sub(first.answered) as f64 * 1e6 / busy_us as f64)
     }
 }
 
@@ -49,20 +77,56 @@ impl DrainMeter {
 mod tests {
     use super::*;
 
+    /// Enough one-second samples to fill the window.
+    const WINDOW_S: u64 = WINDOW_MS / 1_000;
+
     #[test]
-    fn the_rate_is_answers_per_busy_second_over_the_window() {
+    fn unsaturated_the_rate_is_answers_per_busy_second() {
         let mut meter = DrainMeter::default();
-        assert_eq!(meter.observe(0, 0, 0), 0.0);
-        // 20 answers a second, each second 400 ms of engine time: 50 per busy second.
+        assert_eq!(meter.observe(0, 0, 0, Some(0)), 0.0);
+        // 20 answers a second, each second 400 ms of engine time, a backlog
+        // of 2 at each sample: 50 per busy second.
         for s in 1..=10u64 {
-            meter.observe(s * 1_000, 20 * s, 400_000 * s);
+            meter.observe(s * 1_000, 20 * s, 400_000 * s, Some(2));
         }
-        assert_eq!(meter.observe(11_000, 220, 4_400_000), 50.0);
+        assert_eq!(meter.observe(11_000, 220, 4_400_000, Some(2)), 50.0);
         // Idle: too little busy time in the window to say anything.
         let mut rate = 50.0;
-        for s in 12..=17u64 {
-            rate = meter.observe(s * 1_000, 220, 4_400_000);
+        for s in 12..=12 + WINDOW_S {
+            rate = meter.observe(s * 1_000, 220, 4_400_000, Some(0));
         }
         assert_eq!(rate, 0.0);
+    }
+
+    #[test]
+    fn saturated_the_rate_is_answers_per_wall_second() {
+        let mut meter = DrainMeter::default();
+        // A backlog of 500 each second, 150 answers a second (many of them
+        // cheap expired drops), the engine busy 900 ms a second: 150/s,
+        // not 167 per busy second.
+        let mut rate = 0.0;
+        let saturated_until = WINDOW_S + 1;
+        for s in 0..=saturated_until {
+            rate = meter.observe(s * 1_000, 150 * s, 900_000 * s, Some(500));
+        }
+        assert_eq!(rate, 150.0);
+        // The backlog falls below what a second answers: once the saturated
+        // intervals have left the window, the busy-second rate is back.
+        let (answered, busy_us) = (150 * saturated_until, 900_000 * saturated_until);
+        for calm in 1..=WINDOW_S + 1 {
+            let at = (saturated_until + calm) * 1_000;
+            rate = meter.observe(at, answered + 20 * calm, busy_us + 100_000 * calm, Some(3));
+        }
+        assert_eq!(rate, 200.0, "20 answers per 100 ms of engine time");
+    }
+
+    #[test]
+    fn an_unmeasured_backlog_is_not_taken_for_saturation() {
+        let mut meter = DrainMeter::default();
+        for s in 0..=WINDOW_S + 3 {
+            meter.observe(s * 1_000, 100 * s, 500_000 * s, None);
+        }
+        let s = WINDOW_S + 4;
+        assert_eq!(meter.observe(s * 1_000, 100 * s, 500_000 * s, None), 200.0, "per busy second");
     }
 }

@@ -45,8 +45,8 @@ pub const MODEL_LOAD_FAILURES_TOTAL: &str = "fleet_model_load_failures_total";
 /// Batches halved because they did not fit in device memory.
 pub const OOM_SPLITS_TOTAL: &str = "fleet_oom_splits_total";
 
-/// Answers per second of busy engine time over the last seconds: the rate
-/// a backlog drains at (published with it: producers predict waits from it).
+/// The rate this worker's backlog drains at (`drain::DrainMeter`; published
+/// with the backlog: producers predict waits from it).
 pub const DRAIN_RATE: &str = "fleet_drain_rate";
 /// The in-flight limit now (adaptive: moves with batch latency).
 pub const IN_FLIGHT_LIMIT: &str = "fleet_in_flight_limit";
@@ -95,7 +95,10 @@ pub fn register(model: &str) {
     describe_counter!(MODEL_SWAPS_TOTAL, "Model versions swapped in while serving");
     describe_counter!(MODEL_LOAD_FAILURES_TOTAL, "Model versions refused (failed to load or warm up), by reason");
     describe_counter!(OOM_SPLITS_TOTAL, "Batches halved because they did not fit in device memory");
-    describe_gauge!(DRAIN_RATE, "Answers per second of busy engine time, over the last 5 s");
+    describe_gauge!(
+        DRAIN_RATE,
+        "Answers per second over the last 10 s: per wall second while saturated, else per busy engine second"
+    );
     describe_gauge!(IN_FLIGHT_LIMIT, "Messages the worker may hold now (adaptive: follows batch latency)");
     fleet_ops::probe::describe();
 

@@ -304,7 +304,7 @@ fn prepare(
             let text = version.config.text().context("text model without [text]")?;
             let path = version.file("tokenizer.json");
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            let tokenizer = TextTokenizer::load(&path, text.max_seq_len, text.truncate)?;
+            let tokenizer = TextTokenizer::from_bytes(&path, &bytes, text.max_seq_len, text.truncate)?;
             let tokens = tokenizer.tokenize(WARM_UP_TEXT)?;
             let sample = ModelInput::Tokens { ids: tokens.ids, truncated: false };
             let inputs = InputPolicy::Text { max_text_bytes: text.max_text_bytes };
@@ -389,7 +389,13 @@ async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
         .await;
         match measured {
             Ok((backlog, lag)) => {
-                let rate = drain.observe(now_ms(), answered.load(Ordering::Relaxed), busy_us.load(Ordering::Relaxed));
+                let measured_backlog = backlog.as_ref().ok().copied();
+                let rate = drain.observe(
+                    now_ms(),
+                    answered.load(Ordering::Relaxed),
+                    busy_us.load(Ordering::Relaxed),
+                    measured_backlog,
+                );
                 drain_gauge.set(rate);
                 match backlog {
                     Ok(backlog) => {

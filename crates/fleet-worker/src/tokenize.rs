@@ -33,8 +33,16 @@ pub struct TextTokenizer {
 
 impl TextTokenizer {
     pub fn load(path: &Path, max_seq_len: usize, truncate: bool) -> Result<Self, TokenizeError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| TokenizeError::Load { path: path.display().to_string(), reason: e.to_string() })?;
+        Self::from_bytes(path, &bytes, max_seq_len, truncate)
+    }
+
+    /// From tokenizer.json's bytes already read (`path` names it in errors),
+    /// for a caller that also keeps the bytes.
+    pub fn from_bytes(path: &Path, bytes: &[u8], max_seq_len: usize, truncate: bool) -> Result<Self, TokenizeError> {
         let load_error = |reason: String| TokenizeError::Load { path: path.display().to_string(), reason };
-        let mut inner = Tokenizer::from_file(path).map_err(|e| load_error(e.to_string()))?;
+        let mut inner = Tokenizer::from_bytes(bytes).map_err(|e| load_error(e.to_string()))?;
         inner.with_padding(None);
         inner
             .with_truncation(Some(TruncationParams { max_length: max_seq_len, ..TruncationParams::default() }))

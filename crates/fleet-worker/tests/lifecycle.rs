@@ -163,11 +163,13 @@ async fn versions_swap_under_load_a_broken_one_is_refused_and_a_pin_rolls_back()
     let ids = send_paced(&producer, "rollback", &same_length_texts(10, "lazy"), Duration::ZERO).await;
     assert!(answers(&redis, &ids).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 1)));
     // The broken version was tried once, not on every poll.
+    assert_eq!(load_failures(&worker).await, 1.0);
+}
+
+/// Versions the worker refused because they would not load.
+async fn load_failures(worker: &Worker) -> f64 {
     let scrape = worker.scrape().await;
-    assert_eq!(
-        metric_value(&scrape, "fleet_model_load_failures_total", &[("model", "minilm"), ("reason", "load")]),
-        1.0
-    );
+    metric_value(&scrape, "fleet_model_load_failures_total", &[("model", "minilm"), ("reason", "load")])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,11 +182,7 @@ async fn a_broken_newest_version_at_start_falls_back_to_the_one_before() {
     let Fleet { _broker, redis, worker, producer } = start_fleet(&["--model-repo", repo.to_str().unwrap()]).await;
     let ids = send_paced(&producer, "start", &same_length_texts(3, "red"), Duration::ZERO).await;
     assert!(answers(&redis, &ids).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 1)));
-    let scrape = worker.scrape().await;
-    assert_eq!(
-        metric_value(&scrape, "fleet_model_load_failures_total", &[("model", "minilm"), ("reason", "load")]),
-        1.0
-    );
+    assert_eq!(load_failures(&worker).await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use fleet_connect::kafka::KafkaArgs;
 use fleet_ops::endpoints::{self, Checks};
 use fleet_ops::hpa::{self, HpaSpec};
 use fleet_ops::probe;
@@ -41,35 +42,18 @@ enum Command {
     Replay(ReplayArgs),
 }
 
-#[derive(Args)]
-struct KafkaArgs {
-    /// Kafka bootstrap servers.
-    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092")]
-    brokers: String,
-    /// Extra librdkafka property, key=value (repeatable).
-    #[arg(long = "kafka-property", value_parser = fleet_proto::client_properties::parse_pair)]
-    kafka_properties: Vec<(String, String)>,
-    /// A file of librdkafka properties (key=value lines), e.g. SASL/TLS
-    /// settings mounted from a Secret. Applied before --kafka-property.
-    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE")]
-    kafka_properties_file: Option<PathBuf>,
-    #[command(flatten)]
-    kafka_security: fleet_connect::kafka_security::KafkaSecurity,
+/// A consumer in `group` that never subscribes: it reads offsets only.
+fn offsets_consumer(kafka: &KafkaArgs, group: &str) -> Result<BaseConsumer> {
+    let mut config = kafka.client_config()?;
+    config.set("group.id", group).set("enable.auto.commit", "false");
+    Ok(config.create()?)
 }
 
-impl KafkaArgs {
-    /// A consumer in `group` that never subscribes: it reads offsets only.
-    fn consumer(&self, group: &str) -> Result<BaseConsumer> {
-        let mut config = fleet_connect::kafka::client_config(
-            &self.brokers,
-            self.kafka_properties_file.as_deref(),
-            &self.kafka_security,
-            &self.kafka_properties,
-        )?;
-        fleet_connect::kafka_check::check_at_start(&config, std::time::Duration::from_secs(10))?;
-        config.set("group.id", group).set("enable.auto.commit", "false");
-        Ok(config.create()?)
-    }
+/// Stops the start within seconds, naming the reason, when the settings
+/// cannot work (wrong password, untrusted certificate, …): once per process.
+fn check_kafka(kafka: &KafkaArgs) -> Result<()> {
+    fleet_connect::kafka_check::check_at_start(&kafka.client_config()?, std::time::Duration::from_secs(10))?;
+    Ok(())
 }
 
 #[derive(Args)]
@@ -148,10 +132,11 @@ fn now_ms() -> u64 {
 async fn serve(args: ServeArgs) -> Result<()> {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     probe::describe();
+    check_kafka(&args.kafka)?;
     let watched: Vec<(ModelName, Arc<BaseConsumer>)> = args
         .models
         .iter()
-        .map(|model| Ok((model.clone(), Arc::new(args.kafka.consumer(&model.consumer_group())?))))
+        .map(|model| Ok((model.clone(), Arc::new(offsets_consumer(&args.kafka, &model.consumer_group())?))))
         .collect::<Result<_>>()?;
     // Ready while every model was measured within three intervals.
     let last_success = Arc::new(AtomicU64::new(0));
@@ -198,7 +183,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
 }
 
 async fn record(args: RecordArgs) -> Result<()> {
-    let consumer = Arc::new(args.kafka.consumer(&args.model.consumer_group())?);
+    check_kafka(&args.kafka)?;
+    let consumer = Arc::new(offsets_consumer(&args.kafka, &args.model.consumer_group())?);
     let mut out = std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     writeln!(out, "seconds,lag")?;
     let started = Instant::now();

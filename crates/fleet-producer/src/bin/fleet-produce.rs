@@ -4,8 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use fleet_connect::kafka::KafkaArgs;
 use fleet_connect::redis::RedisConfig;
-use fleet_producer::kafka_config::parse_property;
 use fleet_producer::summary::summarise;
 use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
 use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, ResultClient, SendError};
@@ -22,33 +22,6 @@ struct Cli {
     kafka: KafkaArgs,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Args)]
-struct KafkaArgs {
-    /// Kafka bootstrap servers.
-    #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092", global = true)]
-    brokers: String,
-    /// Extra librdkafka property, key=value (repeatable).
-    #[arg(long = "kafka-property", value_parser = parse_property, global = true)]
-    kafka_properties: Vec<(String, String)>,
-    /// A file of librdkafka properties (key=value lines), e.g. SASL/TLS
-    /// settings mounted from a Secret; --kafka-property entries override it.
-    #[arg(long, env = "FLEET_KAFKA_PROPERTIES_FILE", global = true)]
-    kafka_properties_file: Option<PathBuf>,
-    #[command(flatten)]
-    kafka_security: fleet_connect::kafka_security::KafkaSecurity,
-}
-
-impl KafkaArgs {
-    fn config(self) -> Result<KafkaConfig> {
-        let extra = fleet_connect::kafka::properties(
-            self.kafka_properties_file.as_deref(),
-            &self.kafka_security,
-            &self.kafka_properties,
-        )?;
-        Ok(KafkaConfig { brokers: self.brokers, extra })
-    }
 }
 
 #[derive(Subcommand)]
@@ -155,7 +128,7 @@ async fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .init();
     let cli = Cli::parse();
-    let kafka = cli.kafka.config()?;
+    let kafka = KafkaConfig::from_args(&cli.kafka)?;
     // A wrong password or an untrusted certificate: one clear line, now.
     let probe = kafka.client_config();
     tokio::task::spawn_blocking(move || fleet_connect::kafka_check::check_at_start(&probe, Duration::from_secs(10)))
