@@ -89,36 +89,23 @@ async fn one(bench: &AdmissionBench, rule: AdmissionRule, name: &str, seed: u64,
     .await??;
     // The worker publishes its drain rate once it has answered for a few
     // seconds: the same short warm-up for both modes.
-    let warm = RunConfig {
-        kafka: broker.kafka(),
-        redis: redis::Client::open(redis.url().as_str())?,
-        model: model.clone(),
-        profile: Profile::Steady { rate: 10.0 },
-        duration: Duration::from_secs(5),
-        seed: seed + 1,
-        max_requests: usize::MAX,
-        corpus: bench.corpus.clone(),
-        ttl: None,
-        drain: Duration::from_secs(30),
-        run_id: format!("adm-warm-{name}-{seed}-{}", std::process::id()),
-        progress: false,
-        admission: None,
+    let (redis_url, corpus) = (redis.url(), &bench.corpus);
+    let run = |profile, duration, run_id| {
+        RunConfig::on_local_fleet(&broker, &redis_url, &model, profile, duration, corpus, run_id)
     };
-    runner::run(warm).await?;
+    let warm = run(
+        Profile::Steady { rate: 10.0 },
+        Duration::from_secs(5),
+        format!("adm-warm-{name}-{seed}-{}", std::process::id()),
+    )?;
+    runner::run(RunConfig { seed: seed + 1, drain: Duration::from_secs(30), ..warm }).await?;
+    let burst = run(bench.profile, bench.duration, format!("adm-{name}-{seed}-{}", std::process::id()))?;
     let outcome = runner::run(RunConfig {
-        kafka: broker.kafka(),
-        redis: redis::Client::open(redis.url().as_str())?,
-        model,
-        profile: bench.profile,
-        duration: bench.duration,
         seed,
-        max_requests: usize::MAX,
-        corpus: bench.corpus.clone(),
         ttl: Some(bench.deadline),
         drain: bench.deadline + Duration::from_secs(30),
-        run_id: format!("adm-{name}-{seed}-{}", std::process::id()),
-        progress: false,
         admission: Some(rule),
+        ..burst
     })
     .await?;
     drop(worker);

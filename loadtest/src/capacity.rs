@@ -163,39 +163,20 @@ pub async fn sweep(config: SweepConfig) -> Result<Vec<Point>> {
         .await??;
         // Unrecorded warm-up: the worker joins the group (a few seconds
         // before it owns partitions) and meets its first batch shapes.
-        let warm_up = RunConfig {
-            kafka: broker.kafka(),
-            redis: redis::Client::open(redis.url().as_str())?,
-            model: model.clone(),
-            profile: Profile::Steady { rate: config.rates.first().copied().unwrap_or(10.0) },
-            duration: Duration::from_secs(10),
-            seed: 999_999,
-            max_requests: usize::MAX,
-            corpus: config.corpus.clone(),
-            ttl: None,
-            drain: Duration::from_secs(60),
-            run_id: format!("cap-warm-{}-{s}", std::process::id()),
-            progress: false,
-            admission: None,
+        let redis_url = redis.url();
+        let run = |profile, duration, run_id| {
+            RunConfig::on_local_fleet(&broker, &redis_url, &model, profile, duration, &config.corpus, run_id)
         };
-        runner::run(warm_up).await?;
+        let warm_up_rate = config.rates.first().copied().unwrap_or(10.0);
+        let warm_up = run(
+            Profile::Steady { rate: warm_up_rate },
+            Duration::from_secs(10),
+            format!("cap-warm-{}-{s}", std::process::id()),
+        )?;
+        runner::run(RunConfig { seed: 999_999, ..warm_up }).await?;
         for (r, &rate) in config.rates.iter().enumerate() {
-            let outcome = runner::run(RunConfig {
-                kafka: broker.kafka(),
-                redis: redis::Client::open(redis.url().as_str())?,
-                model: model.clone(),
-                profile: Profile::Steady { rate },
-                duration: config.step,
-                seed: (s * 1000 + r) as u64,
-                max_requests: usize::MAX,
-                corpus: config.corpus.clone(),
-                ttl: None,
-                drain: Duration::from_secs(60),
-                run_id: format!("cap-{}-{s}-{r}", std::process::id()),
-                progress: false,
-                admission: None,
-            })
-            .await?;
+            let step = run(Profile::Steady { rate }, config.step, format!("cap-{}-{s}-{r}", std::process::id()))?;
+            let outcome = runner::run(RunConfig { seed: (s * 1000 + r) as u64, ..step }).await?;
             let mut e2e = latency_histogram();
             for record in outcome.records.iter().filter(|r| r.outcome == Outcome::Ok) {
                 if let Some(ms) = record.e2e_ms {

@@ -100,21 +100,19 @@ pub async fn run(drill: Drill, config: DrillConfig) -> Result<DrillOutcome> {
     };
 
     let run = runner::run(RunConfig {
-        kafka: broker.kafka(),
-        redis: redis::Client::open(redis_url.as_str())?,
-        model: model.clone(),
-        profile: Profile::Steady { rate: config.rate },
-        duration: config.duration,
         seed: config.seed,
-        max_requests: usize::MAX,
-        corpus: config.corpus.clone(),
-        ttl: None,
         // Long enough for a request held up by the fault to be answered
         // after it (or expire: the default TTL is 30 s).
         drain: Duration::from_secs(90),
-        run_id: format!("drill-{}-{}", drill.name(), std::process::id()),
-        progress: false,
-        admission: None,
+        ..RunConfig::on_local_fleet(
+            &broker,
+            &redis_url,
+            &model,
+            Profile::Steady { rate: config.rate },
+            config.duration,
+            &config.corpus,
+            format!("drill-{}-{}", drill.name(), std::process::id()),
+        )?
     });
     let mut joiner_answers = None;
     let fault = async {

@@ -43,6 +43,51 @@ pub struct RunConfig {
     pub admission: Option<AdmissionRule>,
 }
 
+impl RunConfig {
+    /// A quiet run of `profile` for `duration` with seed 0: no bound on the
+    /// requests, the model's TTL, 60 s to collect answers, no progress bar,
+    /// every request sent. Callers set what differs with `..`.
+    pub fn new(
+        kafka: KafkaConfig,
+        redis: redis::Client,
+        model: ModelName,
+        profile: Profile,
+        duration: Duration,
+        corpus: Vec<String>,
+        run_id: String,
+    ) -> Self {
+        Self {
+            kafka,
+            redis,
+            model,
+            profile,
+            duration,
+            seed: 0,
+            max_requests: usize::MAX,
+            corpus,
+            ttl: None,
+            drain: Duration::from_secs(60),
+            run_id,
+            progress: false,
+            admission: None,
+        }
+    }
+
+    /// [`new`](Self::new) against a broker and Redis started here.
+    pub fn on_local_fleet(
+        broker: &fleet_testkit::Broker,
+        redis_url: &str,
+        model: &ModelName,
+        profile: Profile,
+        duration: Duration,
+        corpus: &[String],
+        run_id: String,
+    ) -> Result<Self> {
+        let redis = redis::Client::open(redis_url).context("the local Redis URL")?;
+        Ok(Self::new(broker.kafka(), redis, model.clone(), profile, duration, corpus.to_vec(), run_id))
+    }
+}
+
 /// How the run's producer admits requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AdmissionRule {
