@@ -1,5 +1,6 @@
 //! What a run leaves behind, in a folder of its own: the raw records
-//! (records.csv), the run by second (seconds.csv), the plots, and a
+//! (records.csv), the run by second (seconds.csv: answers, latency, lag
+//! and the workers' backlog report with the wait it predicts), the plots, and a
 //! summary whose last line is the ledger's RESULT line.
 
 use crate::ledger::{Ledger, Outcome};
@@ -7,6 +8,7 @@ use crate::plot;
 use crate::runner::RunOutcome;
 use crate::timeline::{self, latency_histogram, quantile_ms, record_ms};
 use anyhow::{Context, Result};
+use fleet_proto::backlog;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -79,14 +81,17 @@ pub fn write(dir: &Path, title: &str, outcome: &RunOutcome) -> Result<String> {
     }
     records.flush()?;
 
-    let seconds = timeline::per_second(&outcome.records, &outcome.lag);
+    let seconds = timeline::per_second(&outcome.records, &outcome.lag, &outcome.load);
     let mut by_second = std::io::BufWriter::new(std::fs::File::create(dir.join("seconds.csv"))?);
-    writeln!(by_second, "second,sent,ok,error,expired,p50_ms,p99_ms,lag")?;
+    writeln!(by_second, "second,sent,ok,error,expired,p50_ms,p99_ms,lag,backlog,drain_per_s,predicted_wait_ms")?;
     for s in &seconds {
         let lag = s.lag.map(|l| l.to_string()).unwrap_or_default();
+        let backlog = s.load.map(|l| l.backlog.to_string()).unwrap_or_default();
+        let drain = s.load.and_then(|l| l.drain_per_s).map(|d| format!("{d:.1}")).unwrap_or_default();
+        let wait = s.load.as_ref().and_then(backlog::predicted_wait_ms).map(|w| w.to_string()).unwrap_or_default();
         writeln!(
             by_second,
-            "{},{},{},{},{},{},{},{lag}",
+            "{},{},{},{},{},{},{},{lag},{backlog},{drain},{wait}",
             s.second,
             s.sent,
             s.ok,

@@ -13,11 +13,16 @@ use crate::profile::{self, Profile};
 use crate::timeline::Record;
 use anyhow::{Context, Result};
 use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, SendError};
+use fleet_proto::backlog::{self, Load};
+use fleet_proto::clock::now_ms;
 use fleet_proto::{ModelName, RequestId};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::consumer::BaseConsumer;
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -101,6 +106,9 @@ pub struct RunOutcome {
     pub records: Vec<Record>,
     /// (seconds from the start, the group's total lag).
     pub lag: Vec<(f64, u64)>,
+    /// (seconds from the start, the workers' backlog report as producers
+    /// read it): what admission judged by.
+    pub load: Vec<(f64, Load)>,
     pub ledger: Ledger,
 }
 
@@ -119,10 +127,6 @@ struct State {
 }
 
 const POLL_EVERY: Duration = Duration::from_millis(250);
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 /// The run's texts: the seeded mixed-length workload, each made unique by
 /// its number so that the feature cache answers none of them.
@@ -167,8 +171,9 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
         start,
         events,
     }));
-    let (stop_lag, lag_stopped) = oneshot::channel();
-    let lag_sampler = tokio::spawn(sample_lag(offsets.clone(), config.model.clone(), start, lag_stopped));
+    let (stop_sampler, sampler_stopped) = oneshot::channel();
+    let reports = config.redis.get_multiplexed_async_connection().await.context("connecting to Redis")?;
+    let sampler = tokio::spawn(sample_fleet(offsets.clone(), reports, config.model.clone(), start, sampler_stopped));
 
     let progress = if config.progress { ProgressBar::new(ids.len() as u64) } else { ProgressBar::hidden() };
     progress.set_style(
@@ -218,8 +223,8 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     }
     progress.finish_and_clear();
     sender.await.context("sender task")?;
-    let _ = stop_lag.send(());
-    let lag = lag_sampler.await.context("lag sampler")?;
+    let _ = stop_sampler.send(());
+    let Samples { lag, load } = sampler.await.context("fleet sampler")?;
     let dlq_after = dlq_high_watermark(&offsets, &config.model).await?;
 
     let mut ledger = Ledger { dlq: dlq_after.saturating_sub(dlq_before), ..Ledger::default() };
@@ -256,7 +261,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
         ledger.record(&record.outcome);
         records.push(record);
     }
-    Ok(RunOutcome { records, lag, ledger })
+    Ok(RunOutcome { records, lag, load, ledger })
 }
 
 struct SendPlan {
@@ -303,19 +308,31 @@ async fn send_all(plan: SendPlan) {
     let _ = events.send(Event::SenderDone);
 }
 
-/// The group's total lag once a second until stopped.
-async fn sample_lag(
+#[derive(Default)]
+struct Samples {
+    lag: Vec<(f64, u64)>,
+    load: Vec<(f64, Load)>,
+}
+
+/// Once a second until stopped: the group's total lag, and the backlog
+/// report the workers published (as a producer's admission reads it).
+async fn sample_fleet(
     consumer: Arc<BaseConsumer>,
+    mut redis: MultiplexedConnection,
     model: ModelName,
     start: Instant,
     mut stop: oneshot::Receiver<()>,
-) -> Vec<(f64, u64)> {
-    let mut samples = Vec::new();
+) -> Samples {
+    let mut samples = Samples::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = &mut stop => return samples,
             _ = tick.tick() => {}
+        }
+        let reports: Result<HashMap<String, String>, _> = redis.hgetall(backlog::backlog_key(&model)).await;
+        if let Some(load) = reports.ok().and_then(|r| backlog::fresh_load(r.values().map(String::as_str), now_ms())) {
+            samples.load.push((start.elapsed().as_secs_f64(), load));
         }
         let (consumer, group, topic) = (consumer.clone(), model.consumer_group(), model.topic());
         let measured = tokio::task::spawn_blocking(move || {
@@ -323,7 +340,7 @@ async fn sample_lag(
         })
         .await;
         if let Ok(Ok(lag)) = measured {
-            samples.push((start.elapsed().as_secs_f64(), lag.total()));
+            samples.lag.push((start.elapsed().as_secs_f64(), lag.total()));
         }
     }
 }

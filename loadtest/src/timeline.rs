@@ -2,6 +2,7 @@
 //! throughput and latency percentiles (HdrHistogram), outcome counts.
 
 use crate::ledger::Outcome;
+use fleet_proto::backlog::Load;
 use hdrhistogram::Histogram;
 
 /// One request: when it was sent, how it ended, and the latencies its
@@ -34,6 +35,8 @@ pub struct Second {
     pub p99_ms: Option<f64>,
     /// The consumer group's total lag sampled in this second.
     pub lag: Option<u64>,
+    /// The workers' backlog report read in this second.
+    pub load: Option<Load>,
 }
 
 /// A latency histogram: 1 µs .. 1 h, 3 significant digits.
@@ -51,13 +54,15 @@ pub fn quantile_ms(histogram: &Histogram<u64>, q: f64) -> Option<f64> {
     (!histogram.is_empty()).then(|| histogram.value_at_quantile(q) as f64 / 1000.0)
 }
 
-/// Folds the records (and lag samples: seconds, lag) into seconds.
-pub fn per_second(records: &[Record], lag: &[(f64, u64)]) -> Vec<Second> {
+/// Folds the records, lag samples and backlog reports (each with its
+/// seconds from the start) into seconds.
+pub fn per_second(records: &[Record], lag: &[(f64, u64)], load: &[(f64, Load)]) -> Vec<Second> {
     let last = records
         .iter()
         .flat_map(|r| [Some(r.sent_s), r.answered_s])
         .flatten()
         .chain(lag.iter().map(|&(t, _)| t))
+        .chain(load.iter().map(|&(t, _)| t))
         .fold(0.0f64, f64::max);
     let count = last.floor() as usize + 1;
     let mut seconds: Vec<Second> = (0..count).map(|s| Second { second: s as u64, ..Second::default() }).collect();
@@ -85,6 +90,9 @@ pub fn per_second(records: &[Record], lag: &[(f64, u64)]) -> Vec<Second> {
     for &(t, value) in lag {
         seconds[t.floor() as usize].lag = Some(value);
     }
+    for &(t, value) in load {
+        seconds[t.floor() as usize].load = Some(value);
+    }
     seconds
 }
 
@@ -104,8 +112,10 @@ mod tests {
             record(0.9, Outcome::Expired, Some(2.1), None),
             record(1.1, Outcome::Missing, None, None),
         ];
-        let seconds = per_second(&records, &[(0.5, 3), (1.5, 1)]);
+        let report = Load { backlog: 40, drain_per_s: Some(20.0), at_ms: 0 };
+        let seconds = per_second(&records, &[(0.5, 3), (1.5, 1)], &[(2.2, report)]);
         assert_eq!(seconds.len(), 3);
+        assert_eq!((seconds[1].load, seconds[2].load), (None, Some(report)));
         assert_eq!((seconds[0].sent, seconds[1].sent, seconds[2].sent), (3, 1, 0));
         assert_eq!((seconds[1].ok, seconds[2].expired), (2, 1));
         assert_eq!((seconds[0].lag, seconds[1].lag, seconds[2].lag), (Some(3), Some(1), None));

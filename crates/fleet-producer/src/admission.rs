@@ -22,12 +22,13 @@
 //! `fleet_admission_predicted_wait_seconds{model}`.
 
 use fleet_proto::backlog::{self, Load};
+use fleet_proto::clock::now_ms;
 use fleet_proto::ModelName;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, AsyncConnectionConfig};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Overloaded {
@@ -212,10 +213,6 @@ impl BacklogGuard {
 /// The deadline a worker gives a request that carries none (DESIGN.md:
 /// `request_ttl_ms` default).
 pub const DEFAULT_REQUEST_TTL_MS: u64 = 30_000;
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,7 @@
 
 use crate::admission::{BacklogGuard, Overloaded};
 use crate::{KafkaConfig, Request};
+use fleet_proto::clock::now_ms;
 use fleet_proto::{ContentType, Envelope, ModelName, RequestId};
 use futures::FutureExt;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -15,7 +16,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -167,8 +168,4 @@ impl FleetProducer {
     pub fn flush(&self, timeout: Duration) -> Result<(), SendError> {
         self.inner.flush(timeout).map_err(SendError::Kafka)
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

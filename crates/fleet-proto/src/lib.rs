@@ -3,12 +3,14 @@
 //! Producers, workers and clients in other languages meet only through what
 //! this crate names: the CloudEvents binary-mode headers of a request message,
 //! the request id rules, the answer JSON with its stable error codes, and the
-//! Kafka topic / Redis key names. It does no I/O and reads no clock, so every
-//! rule here is unit-testable and identical on both sides of the broker.
+//! Kafka topic / Redis key names. It does no I/O and its rules read no clock
+//! (they take the time as an argument; `clock::now_ms` is the one reader), so
+//! every rule here is unit-testable and identical on both sides of the broker.
 
 pub mod answer;
 pub mod backlog;
 pub mod client_properties;
+pub mod clock;
 pub mod content_type;
 pub mod envelope;
 pub mod headers;

@@ -32,17 +32,13 @@ use crate::watcher::{load_version, record_refusal, LoadContext, Refused, Warmed,
 use anyhow::{bail, Context, Result};
 use fleet_image::InputGeometry;
 use fleet_ops::endpoints::{self, Checks};
+use fleet_proto::clock::now_ms;
 use fleet_proto::{Answer, ErrorCode, ModelName, RequestId, Status, Timings};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
-
-/// Wall-clock now in Unix epoch ms: deadlines and `ce_time` are wall clock.
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 /// A prepared request (tokenized or decoded) waiting for a batch.
 #[derive(Debug)]

@@ -6,15 +6,12 @@ mod common;
 
 use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::ResultClient;
+use fleet_proto::clock::now_ms;
 use fleet_proto::{headers as h, ContentType, Envelope, ErrorCode, ModelName, RequestId, Status};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
+use std::time::Duration;
 
 fn headers_for(id: &str, content_type: ContentType) -> Vec<(String, String)> {
     let envelope = Envelope {

@@ -6,15 +6,12 @@ mod common;
 
 use common::{ledger, metric_value, send_texts, sentences, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{BacklogGuard, FleetProducer, Overloaded, Request, SendError};
+use fleet_proto::clock::now_ms;
 use fleet_proto::{ModelName, RequestId};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 fn minilm() -> ModelName {
     ModelName::parse("minilm").unwrap()
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
 /// `n` texts cycling through the corpus.

@@ -16,6 +16,7 @@ use fleet_connect::kafka::KafkaArgs;
 use fleet_ops::endpoints::{self, Checks};
 use fleet_ops::hpa::{self, HpaSpec};
 use fleet_ops::probe;
+use fleet_proto::clock::now_ms;
 use fleet_proto::ModelName;
 use rdkafka::consumer::BaseConsumer;
 use std::io::Write;
@@ -23,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(version, about = "Consumer-group lag of the fleet's models: exporter, recorder, HPA replay")]
@@ -122,11 +123,6 @@ async fn main() -> Result<()> {
         Command::Record(args) => record(args).await,
         Command::Replay(args) => replay(args),
     }
-}
-
-/// Unix time in ms.
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
