@@ -34,7 +34,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "FLEET_INTRA_OP_THREADS")]
     pub intra_op_threads: Option<usize>,
     /// Most messages held between reading and answering; above it the
-    /// worker pauses its partitions (fleet_queue_depth never exceeds it).
+    /// worker stops reading (fleet_queue_depth never exceeds it).
     #[arg(long, env = "FLEET_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
     /// Most bytes (key + value + headers) held between reading and answering.

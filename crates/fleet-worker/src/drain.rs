@@ -6,7 +6,9 @@
 //!
 //! 1. **Answers per wall second while saturated**: over the sampling
 //!    intervals that began with more backlog than the worker answered in
-//!    them (it never ran out of work, so it went as fast as it could). This
+//!    them (it never ran out of work) and in which its engine was busy at
+//!    least half the time (it was working on it, not stalled or idle beside
+//!    a message it cannot take yet), so it went as fast as it could. This
 //!    is the rate a backlog really shrinks at, with everything that costs
 //!    time (tokenizing, batching, Redis) and everything that is nearly free
 //!    (requests dropped as expired), and with the bigger batches a long
@@ -27,6 +29,13 @@ pub const WINDOW_MS: u64 = 10_000;
 
 /// Less busy (or saturated) time than this in the window says nothing.
 pub const MIN_MEASURED_US: u64 = 250_000;
+
+/// An interval counts as saturated only if the engine was busy at least
+/// this share of it. Without it an idle second that began with a message
+/// or two counted (and not yet answered) read as "saturated at 0 answers a
+/// second", and a window of such seconds before a burst made the first
+/// seconds of the burst look three times slower than they were.
+pub const MIN_SATURATED_BUSY_SHARE: f64 = 0.5;
 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -58,9 +67,13 @@ impl DrainMeter {
         let (mut answers, mut wall_us) = (0u64, 0u64);
         for (from, to) in self.samples.iter().zip(self.samples.iter().skip(1)) {
             let answered = to.answered.saturating_sub(from.answered);
-            if from.backlog.is_some_and(|backlog| backlog > answered) {
+            let interval_us = to.at_ms.saturating_sub(from.at_ms) * 1_000;
+            let busy_us = to.busy_us.saturating_sub(from.busy_us);
+            let had_work_left = from.backlog.is_some_and(|backlog| backlog > answered);
+            let worked = busy_us as f64 >= interval_us as f64 * MIN_SATURATED_BUSY_SHARE;
+            if had_work_left && worked {
                 answers += answered;
-                wall_us += to.at_ms.saturating_sub(from.at_ms) * 1_000;
+                wall_us += interval_us;
             }
         }
         (wall_us >= MIN_MEASURED_US).then(|| answers as f64 * 1e6 / wall_us as f64)
@@ -118,6 +131,29 @@ mod tests {
             rate = meter.observe(at, answered + 20 * calm, busy_us + 100_000 * calm, Some(3));
         }
         assert_eq!(rate, 200.0, "20 answers per 100 ms of engine time");
+    }
+
+    #[test]
+    fn an_idle_second_beside_an_unanswered_message_is_not_saturation() {
+        let mut meter = DrainMeter::default();
+        // Calm: 20 answers a second in 300 ms of engine time (66.7 per busy
+        // second), then idle seconds with one message counted but nothing
+        // answered and the engine still.
+        for s in 0..=4u64 {
+            meter.observe(s * 1_000, 20 * s, 300_000 * s, Some(2));
+        }
+        let mut rate = 0.0;
+        for s in 5..=WINDOW_S {
+            rate = meter.observe(s * 1_000, 80, 1_200_000, Some(1));
+        }
+        assert!((rate - 66.7).abs() < 0.1, "the busy-second rate, not 0: {rate}");
+        // A burst: the engine busy 900 ms a second, 120 answers a second
+        // from a backlog of 400: saturated, and only those seconds count.
+        for burst in 1..=3u64 {
+            let s = WINDOW_S + burst;
+            rate = meter.observe(s * 1_000, 80 + 120 * burst, 1_200_000 + 900_000 * burst, Some(400));
+        }
+        assert_eq!(rate, 120.0);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Flow control: how much a worker may hold between reading a message and
-//! answering it. Pure hysteresis: above the high mark the source pauses its
-//! partitions (the broker keeps the backlog, not our memory); it resumes only
-//! once both counts are back under the low-water mark, so it does not flap.
+//! answering it. Pure hysteresis: at the high mark the worker stops reading
+//! (librdkafka's capped prefetch fills, then the broker keeps the backlog,
+//! not our memory); it reads again only once both counts are back under the
+//! low-water mark, so it does not flap. It does not pause the partitions:
+//! see `pipeline::consume`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowLimits {

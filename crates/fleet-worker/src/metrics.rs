@@ -28,7 +28,7 @@ pub const CACHE_MISSES_TOTAL: &str = "fleet_feature_cache_misses_total";
 pub const CACHE_SAVED_SECONDS: &str = "fleet_feature_cache_saved_seconds";
 /// Bytes reserved by image decodes running now (`decode_budget`).
 pub const IMAGE_DECODE_BYTES_IN_USE: &str = "fleet_image_decode_bytes_in_use";
-/// 1 while the source has paused its partitions because it holds its limit.
+/// 1 while the worker has stopped reading because it holds its limit.
 pub const CONSUMER_PAUSED: &str = "fleet_consumer_paused";
 /// 1 while `/ready` answers 200 (the alert rules read it).
 pub const WORKER_READY: &str = "fleet_worker_ready";
@@ -87,7 +87,7 @@ pub fn register(model: &str) {
     describe_counter!(CACHE_MISSES_TOTAL, "Requests the feature cache did not have");
     describe_histogram!(CACHE_SAVED_SECONDS, Unit::Seconds, "Model time each cache hit did not spend");
     describe_gauge!(IMAGE_DECODE_BYTES_IN_USE, Unit::Bytes, "Bytes reserved by image decodes running now");
-    describe_gauge!(CONSUMER_PAUSED, "1 while the partitions are paused at the in-flight limit");
+    describe_gauge!(CONSUMER_PAUSED, "1 while the worker has stopped reading at its in-flight limit");
     describe_gauge!(WORKER_READY, "1 while /ready passes: model warm, broker and Redis reachable");
     describe_gauge!(GPU_MEMORY_USED_BYTES, Unit::Bytes, "Device memory in use (NVML), CUDA workers only");
     describe_gauge!(GPU_MEMORY_TOTAL_BYTES, Unit::Bytes, "Device memory in all (NVML), CUDA workers only");

@@ -446,24 +446,23 @@ async fn consume(
         let (messages, bytes) = source.held();
         match gate.update(messages, bytes) {
             Some(Transition::Pause) => {
-                tracing::info!(messages, bytes, "in-flight limit reached; pausing partitions");
+                tracing::info!(messages, bytes, "in-flight limit reached; reading stops");
                 paused_gauge.set(1.0);
             }
             Some(Transition::Resume) => {
-                if let Err(e) = source.resume() {
-                    tracing::warn!(error = %e, "resume failed");
-                }
-                tracing::info!(messages, bytes, "below the low-water mark; resuming");
+                tracing::info!(messages, bytes, "below the low-water mark; reading again");
                 paused_gauge.set(0.0);
             }
             None => {}
         }
         if gate.is_paused() {
-            // Repeated while paused: a rebalance may have assigned new
-            // partitions, which start unpaused.
-            if let Err(e) = source.pause() {
-                tracing::warn!(error = %e, "pause failed");
-            }
+            // Not `consumer.pause()`: a pause drops librdkafka's prefetch and
+            // the resume refetches each partition's backlog in one chunk, and
+            // a broker that answers partition by partition then hands one
+            // partition's backlog over first at every resume while the
+            // others' requests expire (docs/operations.md §2). Not reading
+            // lets the capped prefetch fill and stop fetching instead, with
+            // the partitions interleaved as messages arrived.
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}

@@ -157,17 +157,6 @@ impl Source {
         (tracker.in_flight(), tracker.in_flight_bytes())
     }
 
-    /// Stops fetching from every assigned partition (the backlog stays in
-    /// the broker). Called again while paused, it also pauses partitions a
-    /// rebalance assigned since.
-    pub fn pause(&self) -> Result<(), KafkaError> {
-        self.consumer.pause(&self.consumer.assignment()?)
-    }
-
-    pub fn resume(&self) -> Result<(), KafkaError> {
-        self.consumer.resume(&self.consumer.assignment()?)
-    }
-
     /// Requests this worker still owes an answer for: for each assigned
     /// partition, high watermark − read position, plus those in flight.
     /// Blocks on the broker (one offsets request per partition): run it off

@@ -1,5 +1,5 @@
 //! Overload defenses against real servers: bounded in-flight work with
-//! pause/resume, deadlines that are never computed, fail-fast producer
+//! stop/start reading, deadlines that are never computed, fail-fast producer
 //! admission, and at-least-once delivery through SIGKILL and rebalances.
 
 mod common;
@@ -62,7 +62,7 @@ async fn a_backlog_ten_times_the_limit_stays_within_the_limit() {
     assert_eq!(counts.get("ok"), Some(&ids.len()), "{counts:?}");
     assert!(max_depth <= limit as f64, "fleet_queue_depth reached {max_depth} > {limit}");
     assert!(max_depth > 0.0, "the gauge never moved");
-    assert!(paused_seen, "the worker never paused its partitions");
+    assert!(paused_seen, "the worker never stopped reading at its limit");
     let peak = worker.memory_kib("VmHWM");
     let payload_kib = (backlog.len() * 60_000 / 1024) as u64;
     eprintln!("backlog payload {payload_kib} KiB; worker RSS after start {baseline_kib:?} KiB, peak {peak} KiB");
