@@ -162,7 +162,14 @@ impl Source {
     /// Blocks on the broker (one offsets request per partition): run it off
     /// the async runtime.
     pub fn backlog(&self, timeout: Duration) -> Result<u64, KafkaError> {
-        let positions = self.consumer.position()?;
+        // Positions and the in-flight count at one moment, before the slow
+        // watermark requests: taken after them, every message read while
+        // they ran (dozens a second behind a backlog) counted twice, as
+        // unread and as in flight, and the report jumped by a third.
+        let (positions, in_flight) = {
+            let tracker = lock(&self.tracker);
+            (self.consumer.position()?, tracker.in_flight())
+        };
         // Partitions not read from yet have no position: their committed
         // offset is where reading will start.
         let committed = if positions.elements().iter().any(|e| !matches!(e.offset(), Offset::Offset(_))) {
@@ -185,7 +192,7 @@ impl Source {
             };
             unread += (high - start.unwrap_or(low)).max(0);
         }
-        Ok(unread as u64 + self.in_flight() as u64)
+        Ok(unread as u64 + in_flight as u64)
     }
 
     /// The group's lag on every partition of the topic, not only this
