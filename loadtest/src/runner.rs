@@ -12,15 +12,13 @@ use crate::ledger::{Ledger, Outcome};
 use crate::profile::{self, Profile};
 use crate::timeline::Record;
 use anyhow::{Context, Result};
-use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, SendError};
-use fleet_proto::backlog::{self, Load};
+use fleet_producer::{admission, BacklogGuard, FleetProducer, KafkaConfig, Request, SendError};
+use fleet_proto::backlog::Load;
 use fleet_proto::clock::now_ms;
 use fleet_proto::{ModelName, RequestId};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::consumer::BaseConsumer;
 use redis::aio::MultiplexedConnection;
-use redis::AsyncCommands;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -330,8 +328,7 @@ async fn sample_fleet(
             _ = &mut stop => return samples,
             _ = tick.tick() => {}
         }
-        let reports: Result<HashMap<String, String>, _> = redis.hgetall(backlog::backlog_key(&model)).await;
-        if let Some(load) = reports.ok().and_then(|r| backlog::fresh_load(r.values().map(String::as_str), now_ms())) {
+        if let Ok(Some(load)) = admission::read_load(&mut redis, &model).await {
             samples.load.push((start.elapsed().as_secs_f64(), load));
         }
         let (consumer, group, topic) = (consumer.clone(), model.consumer_group(), model.topic());

@@ -163,9 +163,8 @@ impl BacklogGuard {
                 return value;
             }
         }
-        let reports: Result<HashMap<String, String>, _> = self.conn.clone().hgetall(backlog::backlog_key(model)).await;
-        let value = match reports {
-            Ok(reports) => backlog::fresh_load(reports.values().map(String::as_str), now_ms()),
+        let value = match read_load(&mut self.conn.clone(), model).await {
+            Ok(load) => load,
             Err(e) => {
                 tracing::warn!(error = %e, %model, "backlog unreadable; admitting");
                 None
@@ -208,6 +207,14 @@ impl BacklogGuard {
     fn cached(&self, model: &ModelName) -> Option<(Instant, Option<Load>)> {
         self.cache.lock().ok()?.get(model).copied()
     }
+}
+
+/// The model's load as the workers' fresh reports in Redis give it now
+/// (`None`: no fresh report), uncached and not projected: what a producer's
+/// admission starts from, and what the loadtest records each second.
+pub async fn read_load(conn: &mut MultiplexedConnection, model: &ModelName) -> redis::RedisResult<Option<Load>> {
+    let reports: HashMap<String, String> = conn.hgetall(backlog::backlog_key(model)).await?;
+    Ok(backlog::fresh_load(reports.values().map(String::as_str), now_ms()))
 }
 
 /// The deadline a worker gives a request that carries none (DESIGN.md:

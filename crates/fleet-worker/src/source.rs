@@ -165,7 +165,7 @@ impl Source {
         // Positions and the in-flight count at one moment, before the slow
         // watermark requests: taken after them, every message read while
         // they ran (dozens a second behind a backlog) counted twice, as
-        // unread and as in flight, and the report jumped by a third.
+        // unread and as in flight.
         let (positions, in_flight) = {
             let tracker = lock(&self.tracker);
             (self.consumer.position()?, tracker.in_flight())
