@@ -288,7 +288,11 @@ async fn send_all(plan: SendPlan) {
                 let _ = events.send(Event::Sent { index, at_s: start.elapsed().as_secs_f64() });
                 let events = events.clone();
                 tokio::spawn(async move {
-                    let ok = delivery.await.is_ok();
+                    let delivered = delivery.await;
+                    if let Err(e) = &delivered {
+                        tracing::warn!(error = %e, "delivery failed");
+                    }
+                    let ok = delivered.is_ok();
                     let _ = events.send(Event::Delivered { index, ok });
                 });
             }

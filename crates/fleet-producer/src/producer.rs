@@ -4,6 +4,15 @@
 //! [`Delivery`] to await later: awaiting each delivery before the next send
 //! caps a producer at a few hundred messages per second, so callers should
 //! keep thousands of deliveries pending and await them together.
+//!
+//! Idempotence makes some broker failures fatal to a librdkafka producer:
+//! a broker that restarts without its producer state while a request was in
+//! flight answers `UNKNOWN_PRODUCER_ID`/`OUT_OF_ORDER_SEQUENCE_NUMBER`, and
+//! from then on every send fails. A service must not need a restart for
+//! that, so `FleetProducer` replaces a producer that reports a fatal error
+//! with a fresh one (new producer id) on the next send. Messages the old one
+//! still held fail their [`Delivery`]; nothing is resent behind the caller's
+//! back, since only the caller knows whether a resend is wanted.
 
 use crate::admission::{BacklogGuard, Overloaded};
 use crate::{KafkaConfig, Request};
@@ -13,8 +22,10 @@ use futures::FutureExt;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::ClientConfig;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -30,7 +41,10 @@ pub enum SendError {
 }
 
 pub struct FleetProducer {
-    inner: FutureProducer,
+    /// Swapped for a fresh producer after a fatal error (see the module docs).
+    inner: RwLock<Arc<FutureProducer>>,
+    /// What `inner` was made from, to make its replacement.
+    client_config: ClientConfig,
     source: String,
     guard: Option<BacklogGuard>,
 }
@@ -60,17 +74,36 @@ impl Future for Delivery {
 impl FleetProducer {
     /// `source` becomes `ce_source` on every message (who sent it).
     pub fn new(kafka: &KafkaConfig, source: &str) -> Result<Self, SendError> {
-        let inner: FutureProducer = kafka
-            .client_config()
+        let mut client_config = kafka.client_config();
+        client_config
             // Idempotence keeps retried batches from duplicating requests.
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
             .set("queue.buffering.max.messages", "200000")
             .set("message.timeout.ms", "30000")
             // Images up to the fleet's value limit (librdkafka's default is 1 MB).
-            .set("message.max.bytes", fleet_proto::limits::MAX_MESSAGE_BYTES.to_string())
-            .create()?;
-        Ok(Self { inner, source: source.to_owned(), guard: None })
+            .set("message.max.bytes", fleet_proto::limits::MAX_MESSAGE_BYTES.to_string());
+        let inner: FutureProducer = client_config.create()?;
+        Ok(Self { inner: RwLock::new(Arc::new(inner)), client_config, source: source.to_owned(), guard: None })
+    }
+
+    /// The producer to send with: the current one, or a fresh one when the
+    /// current one has failed fatally.
+    fn live_producer(&self) -> Result<Arc<FutureProducer>, SendError> {
+        let current = self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let Some((code, reason)) = current.client().fatal_error() else { return Ok(current) };
+        let mut slot = self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Another send may have replaced it while this one waited for the lock.
+        if !Arc::ptr_eq(&slot, &current) {
+            return Ok(slot.clone());
+        }
+        tracing::error!(?code, %reason, "the Kafka producer failed fatally; replacing it with a new one");
+        metrics::counter!("fleet_producer_replaced_total", "code" => format!("{code:?}")).increment(1);
+        let fresh: Arc<FutureProducer> = Arc::new(self.client_config.create()?);
+        let failed = std::mem::replace(&mut *slot, fresh.clone());
+        drop(slot);
+        retire(failed);
+        Ok(fresh)
     }
 
     /// Refuse sends with [`SendError::Overloaded`] by the guard's rules
@@ -116,12 +149,20 @@ impl FleetProducer {
         let topic = model.topic();
         let mut record =
             FutureRecord::to(&topic).key(request.id.as_str()).payload(request.payload.as_slice()).headers(headers);
+        // At most one replacement per send: a fresh producer that fails
+        // fatally at once points at the broker, not at this producer.
+        let mut replaced = false;
         loop {
-            match self.inner.send_result(record) {
+            let producer = self.live_producer()?;
+            match producer.send_result(record) {
                 Ok(delivery) => return Ok(Delivery(delivery)),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                     record = returned;
                     tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), returned)) if !replaced => {
+                    record = returned;
+                    replaced = true;
                 }
                 Err((e, _)) => return Err(SendError::Kafka(e)),
             }
@@ -166,6 +207,76 @@ impl FleetProducer {
 
     /// Waits until every enqueued message is delivered or `timeout` passes.
     pub fn flush(&self, timeout: Duration) -> Result<(), SendError> {
-        self.inner.flush(timeout).map_err(SendError::Kafka)
+        let producer = self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        producer.flush(timeout).map_err(SendError::Kafka)
+    }
+}
+
+/// Drops a failed producer off the async threads: dropping purges its queue
+/// (failing those deliveries) and flushes for up to half a second.
+fn retire(failed: Arc<FutureProducer>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(move || drop(failed));
+        }
+        Err(_) => drop(failed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::types::RDKafkaRespErr;
+    use std::ffi::CString;
+
+    /// Marks `producer` failed as librdkafka does when a restarted broker
+    /// has lost the producer's state (librdkafka's own test hook).
+    fn fail_fatally(producer: &FutureProducer) {
+        let reason = CString::new("the broker lost the producer state").unwrap();
+        // SAFETY: the client pointer is live for the call and librdkafka copies the reason.
+        unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                producer.client().native_ptr(),
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID,
+                reason.as_ptr(),
+            );
+        }
+    }
+
+    fn current(fleet: &FleetProducer) -> Arc<FutureProducer> {
+        fleet.inner.read().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn a_fatally_failed_producer_is_replaced_on_the_next_send() {
+        // Nothing listens there: a send only needs librdkafka's local queue.
+        let fleet = FleetProducer::new(&KafkaConfig::new("127.0.0.1:9"), "test").unwrap();
+        let model = ModelName::parse("minilm").unwrap();
+        let request = |id: &str| Request::text(RequestId::parse(id).unwrap(), "a sentence");
+        let held = fleet.send(&model, &request("held")).await.unwrap();
+        let failed = current(&fleet);
+        fail_fatally(&failed);
+        // The premise: a fatally failed producer refuses every send.
+        let topic = model.topic();
+        let refused = failed.send_result(FutureRecord::<str, [u8]>::to(&topic).payload(&b"x"[..]));
+        assert!(matches!(refused, Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), _))));
+
+        fleet.send(&model, &request("after")).await.expect("sent through a fresh producer");
+        let fresh = current(&fleet);
+        assert!(!Arc::ptr_eq(&failed, &fresh), "the failed producer was kept");
+        assert_eq!(fresh.client().fatal_error(), None);
+        drop(failed);
+        // What the failed producer held fails its delivery instead of hanging.
+        let outcome = tokio::time::timeout(Duration::from_secs(10), held).await.expect("the held delivery resolves");
+        assert!(outcome.is_err(), "a message of the failed producer reported delivered");
+    }
+
+    #[tokio::test]
+    async fn a_healthy_producer_is_kept() {
+        let fleet = FleetProducer::new(&KafkaConfig::new("127.0.0.1:9"), "test").unwrap();
+        let model = ModelName::parse("minilm").unwrap();
+        let before = current(&fleet);
+        fleet.send(&model, &Request::text(RequestId::parse("one").unwrap(), "a sentence")).await.unwrap();
+        assert!(Arc::ptr_eq(&before, &current(&fleet)));
     }
 }
