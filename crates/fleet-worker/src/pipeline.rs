@@ -375,41 +375,42 @@ async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
             _ = &mut stop => break,
             _ = tick.tick() => {}
         }
-        let probe = source.clone();
         let with_lag = count % LAG_EVERY_TICKS == 0;
-        let measured = tokio::task::spawn_blocking(move || {
-            let backlog = probe.backlog(Duration::from_secs(1));
-            let lag = with_lag.then(|| probe.lag(Duration::from_secs(2)));
-            (backlog, lag)
-        })
-        .await;
-        match measured {
-            Ok((backlog, lag)) => {
-                let measured_backlog = backlog.as_ref().ok().copied();
+        let probe = source.clone();
+        match tokio::task::spawn_blocking(move || probe.backlog(Duration::from_secs(1))).await {
+            Ok(backlog) => {
+                let measured = backlog.as_ref().ok().map(|snapshot| snapshot.messages);
                 let rate = drain.observe(
                     now_ms(),
                     answered.load(Ordering::Relaxed),
                     busy_us.load(Ordering::Relaxed),
-                    measured_backlog,
+                    measured,
                 );
                 drain_gauge.set(rate);
                 match backlog {
-                    Ok(backlog) => {
+                    Ok(snapshot) => {
                         health.broker_answered(now_ms());
-                        match publisher.publish(backlog, now_ms(), rate).await {
+                        // Dated when measured, not when written: producers
+                        // add their sends after that time to it.
+                        match publisher.publish(snapshot.messages, snapshot.as_of_ms, rate).await {
                             Ok(()) => health.redis_answered(now_ms()),
                             Err(e) => tracing::debug!(error = %e, "backlog not published"),
                         }
                     }
                     Err(e) => tracing::debug!(error = %e, "backlog not measured"),
                 }
-                match lag {
-                    Some(Ok(lag)) => fleet_ops::probe::publish(&lag),
-                    Some(Err(e)) => tracing::debug!(error = %e, "lag not measured"),
-                    None => {}
-                }
             }
-            Err(e) => tracing::warn!(error = %e, "status probe panicked"),
+            Err(e) => tracing::warn!(error = %e, "backlog probe panicked"),
+        }
+        // After the backlog is out: the lag asks about every partition of
+        // the topic and may take seconds on a loaded broker.
+        if with_lag {
+            let probe = source.clone();
+            match tokio::task::spawn_blocking(move || probe.lag(Duration::from_secs(2))).await {
+                Ok(Ok(lag)) => fleet_ops::probe::publish(&lag),
+                Ok(Err(e)) => tracing::debug!(error = %e, "lag not measured"),
+                Err(e) => tracing::warn!(error = %e, "lag probe panicked"),
+            }
         }
         if let Some(gpu) = gpu.as_ref().filter(|_| with_lag) {
             if let Err(e) = gpu.publish() {

@@ -9,6 +9,7 @@
 
 use crate::commit::CommitTracker;
 use crate::message::{Inbound, Position};
+use fleet_proto::clock::now_ms;
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
@@ -56,6 +57,13 @@ impl ConsumerContext for SourceContext {
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
         }
     }
+}
+
+/// What [`Source::backlog`] measured, and when (Unix ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BacklogSnapshot {
+    pub messages: u64,
+    pub as_of_ms: u64,
 }
 
 pub struct Source {
@@ -158,14 +166,25 @@ impl Source {
     }
 
     /// Requests this worker still owes an answer for: for each assigned
-    /// partition, high watermark − read position, plus those in flight.
-    /// Blocks on the broker (one offsets request per partition): run it off
-    /// the async runtime.
-    pub fn backlog(&self, timeout: Duration) -> Result<u64, KafkaError> {
-        // Positions and the in-flight count at one moment, before the slow
-        // watermark requests: taken after them, every message read while
-        // they ran (dozens a second behind a backlog) counted twice, as
-        // unread and as in flight.
+    /// partition, high watermark − read position, plus those in flight, as
+    /// of when the watermarks were asked for. Blocks on the broker (one
+    /// offsets request per partition): run it off the async runtime.
+    ///
+    /// The order matters. Watermarks first, then the read positions and the
+    /// in-flight count together: a message read while the watermark
+    /// requests ran has moved from unread to in flight by then and counts
+    /// once. A message sent meanwhile is in neither; producers add their
+    /// sends after `as_of_ms` to the report, so they count it (as they
+    /// would count it twice if the report were dated after the requests).
+    pub fn backlog(&self, timeout: Duration) -> Result<BacklogSnapshot, KafkaError> {
+        let as_of_ms = now_ms();
+        let assigned = self.consumer.assignment()?;
+        let mut high_watermarks = Vec::new();
+        for element in assigned.elements_for_topic(&self.topic) {
+            let partition = element.partition();
+            let (low, high) = self.consumer.fetch_watermarks(&self.topic, partition, timeout)?;
+            high_watermarks.push((partition, low, high));
+        }
         let (positions, in_flight) = {
             let tracker = lock(&self.tracker);
             (self.consumer.position()?, tracker.in_flight())
@@ -177,22 +196,23 @@ impl Source {
         } else {
             None
         };
+        let offset_of = |list: &TopicPartitionList, partition: i32| match list
+            .find_partition(&self.topic, partition)
+            .map(|e| e.offset())
+        {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        };
+        // A partition read past the high watermark asked for (messages sent
+        // after it) counts below zero: those messages are in `in_flight`.
         let mut unread = 0i64;
-        for element in positions.elements_for_topic(&self.topic) {
-            let partition = element.partition();
-            let (low, high) = self.consumer.fetch_watermarks(&self.topic, partition, timeout)?;
-            let start = match element.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => committed.as_ref().and_then(|c| c.find_partition(&self.topic, partition)).and_then(|e| {
-                    match e.offset() {
-                        Offset::Offset(o) => Some(o),
-                        _ => None,
-                    }
-                }),
-            };
-            unread += (high - start.unwrap_or(low)).max(0);
+        for (partition, low, high) in high_watermarks {
+            let start = offset_of(&positions, partition)
+                .or_else(|| committed.as_ref().and_then(|c| offset_of(c, partition)))
+                .unwrap_or(low);
+            unread += high - start;
         }
-        Ok(unread as u64 + in_flight as u64)
+        Ok(BacklogSnapshot { messages: (unread + in_flight as i64).max(0) as u64, as_of_ms })
     }
 
     /// The group's lag on every partition of the topic, not only this
