@@ -173,9 +173,10 @@ impl Source {
     /// The order matters. Watermarks first, then the read positions and the
     /// in-flight count together: a message read while the watermark
     /// requests ran has moved from unread to in flight by then and counts
-    /// once. A message sent meanwhile is in neither; producers add their
-    /// sends after `as_of_ms` to the report, so they count it (as they
-    /// would count it twice if the report were dated after the requests).
+    /// once. A message sent meanwhile is not in the watermarks (nor, in
+    /// sum, in the rest); producers add their sends after `as_of_ms` to the
+    /// report, so they count it, where a report dated after the requests
+    /// would lose it.
     pub fn backlog(&self, timeout: Duration) -> Result<BacklogSnapshot, KafkaError> {
         let as_of_ms = now_ms();
         let assigned = self.consumer.assignment()?;
