@@ -14,13 +14,13 @@
 //!    (requests dropped as expired), and with the bigger batches a long
 //!    queue allows. Of the window, the best rate over
 //!    [`SUSTAINED_INTERVALS`] successive saturated intervals counts, not
-//!    the mean: a batching worker drains faster the more it holds (its
-//!    buckets fill, its batches grow), so the mean over a window in which
-//!    the queue was shallower understates the rate at the depth a new
-//!    request joins. Measured (docs/benchmarks.md, admission): one worker
-//!    drained ~95 answers/s holding ~400 requests and ~150/s holding ~1000;
-//!    admission judged on the mean kept the queue at the shallow, slow
-//!    point and refused requests the deeper queue would have served.
+//!    the mean: a worker drains faster behind a deeper backlog, so the
+//!    mean over a window in which the queue was shallower understates the
+//!    rate at the depth a new request joins. Measured (docs/benchmarks.md,
+//!    admission): one worker drained ~95 answers/s with ~400 queued and
+//!    ~150/s with ~1000; admission judged on the mean kept the queue at
+//!    the shallow, slow point and refused requests the deeper queue would
+//!    have served.
 //! 2. **Answers per second of busy engine time**, when the worker was not
 //!    saturated lately: a worker offered 20 req/s answers 20/s whatever it
 //!    could do, so per wall second it would predict a burst's wait from the
