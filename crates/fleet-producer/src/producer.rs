@@ -87,10 +87,16 @@ impl FleetProducer {
         Ok(Self { inner: RwLock::new(Arc::new(inner)), client_config, source: source.to_owned(), guard: None })
     }
 
+    /// The producer in use now (a lock poisoned by a panicking sender still
+    /// holds a valid producer).
+    fn current(&self) -> Arc<FutureProducer> {
+        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
     /// The producer to send with: the current one, or a fresh one when the
     /// current one has failed fatally.
     fn live_producer(&self) -> Result<Arc<FutureProducer>, SendError> {
-        let current = self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let current = self.current();
         let Some((code, reason)) = current.client().fatal_error() else { return Ok(current) };
         let mut slot = self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Another send may have replaced it while this one waited for the lock.
@@ -207,8 +213,7 @@ impl FleetProducer {
 
     /// Waits until every enqueued message is delivered or `timeout` passes.
     pub fn flush(&self, timeout: Duration) -> Result<(), SendError> {
-        let producer = self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
-        producer.flush(timeout).map_err(SendError::Kafka)
+        self.current().flush(timeout).map_err(SendError::Kafka)
     }
 }
 
@@ -243,10 +248,6 @@ mod tests {
         }
     }
 
-    fn current(fleet: &FleetProducer) -> Arc<FutureProducer> {
-        fleet.inner.read().unwrap().clone()
-    }
-
     #[tokio::test]
     async fn a_fatally_failed_producer_is_replaced_on_the_next_send() {
         // Nothing listens there: a send only needs librdkafka's local queue.
@@ -254,7 +255,7 @@ mod tests {
         let model = ModelName::parse("minilm").unwrap();
         let request = |id: &str| Request::text(RequestId::parse(id).unwrap(), "a sentence");
         let held = fleet.send(&model, &request("held")).await.unwrap();
-        let failed = current(&fleet);
+        let failed = fleet.current();
         fail_fatally(&failed);
         // The premise: a fatally failed producer refuses every send.
         let topic = model.topic();
@@ -262,7 +263,7 @@ mod tests {
         assert!(matches!(refused, Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), _))));
 
         fleet.send(&model, &request("after")).await.expect("sent through a fresh producer");
-        let fresh = current(&fleet);
+        let fresh = fleet.current();
         assert!(!Arc::ptr_eq(&failed, &fresh), "the failed producer was kept");
         assert_eq!(fresh.client().fatal_error(), None);
         drop(failed);
@@ -275,8 +276,8 @@ mod tests {
     async fn a_healthy_producer_is_kept() {
         let fleet = FleetProducer::new(&KafkaConfig::new("127.0.0.1:9"), "test").unwrap();
         let model = ModelName::parse("minilm").unwrap();
-        let before = current(&fleet);
+        let before = fleet.current();
         fleet.send(&model, &Request::text(RequestId::parse("one").unwrap(), "a sentence")).await.unwrap();
-        assert!(Arc::ptr_eq(&before, &current(&fleet)));
+        assert!(Arc::ptr_eq(&before, &fleet.current()));
     }
 }
