@@ -11,8 +11,8 @@
 //!    a message it cannot take yet), so it went as fast as it could. This
 //!    is the rate a backlog really shrinks at, with everything that costs
 //!    time (tokenizing, batching, Redis) and everything that is nearly free
-//!    (requests dropped as expired), and with the bigger batches a long
-//!    queue allows. Of the window, the best rate over
+//!    (requests dropped as expired), at the depth the queue then had. Of
+//!    the window, the best rate over
 //!    [`SUSTAINED_INTERVALS`] successive saturated intervals counts, not
 //!    the mean: a worker drains faster behind a deeper backlog, so the
 //!    mean over a window in which the queue was shallower understates the
@@ -32,7 +32,7 @@
 use std::collections::VecDeque;
 
 /// Rates are measured over this window: long enough to smooth batch
-/// rhythm, short enough to follow a burst as batches grow.
+/// rhythm, short enough to follow a burst as the queue deepens.
 pub const WINDOW_MS: u64 = 10_000;
 
 /// The saturated rate is the best over this many successive saturated
