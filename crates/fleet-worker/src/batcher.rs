@@ -241,11 +241,14 @@ impl<T> BucketBatcher<T> {
             .filter(|&b| !self.buckets[b].is_empty() && (force || self.is_due(b, now_ms)))
             .min_by_key(|&b| (self.earliest_deadline(b), b));
         let batch = chosen.map(|b| self.take_batch(b));
-        let wake_at_ms = self.next_wake(now_ms);
+        let wake_at_ms = self.next_wake_ms(now_ms);
         Polled { expired, batch, wake_at_ms }
     }
 
-    fn expire(&mut self, now_ms: u64) -> Vec<T> {
+    /// Removes and returns what can no longer be served in time (as
+    /// [`poll`](Self::poll) does first), without releasing a batch: for
+    /// answering `expired` while the engine is still busy.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<T> {
         let mut expired = Vec::new();
         for b in 0..self.buckets.len() {
             let needed = self.estimated_inference_ms(b);
@@ -279,6 +282,12 @@ impl<T> BucketBatcher<T> {
         (rows, rows >= cap)
     }
 
+    /// Whether [`poll`](Self::poll) at `now_ms` would release a batch
+    /// (given nothing expires first).
+    pub fn has_due_batch(&self, now_ms: u64) -> bool {
+        (0..self.buckets.len()).any(|b| !self.buckets[b].is_empty() && self.is_due(b, now_ms))
+    }
+
     fn is_due(&self, bucket: usize, now_ms: u64) -> bool {
         let waited_out =
             self.buckets[bucket].front().is_some_and(|h| h.arrived_ms + self.limits.max_wait_ms[bucket] <= now_ms);
@@ -297,18 +306,26 @@ impl<T> BucketBatcher<T> {
         Batch { bucket, items: taken.into_iter().map(|h| h.item).collect(), lens }
     }
 
-    fn next_wake(&self, now_ms: u64) -> Option<u64> {
+    /// When to poll again if nothing arrives: a bucket's wait ends or a held
+    /// request stops being servable (`wake_at_ms` of a poll at `now_ms`).
+    pub fn next_wake_ms(&self, now_ms: u64) -> Option<u64> {
         (0..self.buckets.len())
             .filter_map(|b| {
-                let queue = &self.buckets[b];
-                let head = queue.front()?;
-                let wait_ends = head.arrived_ms + self.limits.max_wait_ms[b];
-                // The first moment a held request stops being servable.
-                let needed = self.estimated_inference_ms(b);
-                let first_infeasible = queue.iter().map(|h| h.deadline_ms.saturating_sub(needed)).min()?;
-                Some(wait_ends.min(first_infeasible).max(now_ms))
+                let wait_ends = self.buckets[b].front()?.arrived_ms + self.limits.max_wait_ms[b];
+                Some(wait_ends.min(self.first_infeasible_ms(b)?).max(now_ms))
             })
             .min()
+    }
+
+    /// The first moment a held request stops being servable: when
+    /// [`expire`](Self::expire) next has something to return.
+    pub fn next_expiry_ms(&self) -> Option<u64> {
+        (0..self.buckets.len()).filter_map(|b| self.first_infeasible_ms(b)).min()
+    }
+
+    fn first_infeasible_ms(&self, bucket: usize) -> Option<u64> {
+        let needed = self.estimated_inference_ms(bucket);
+        self.buckets[bucket].iter().map(|h| h.deadline_ms.saturating_sub(needed)).min()
     }
 }
 
@@ -402,6 +419,23 @@ mod tests {
         assert_eq!(p.expired, vec!["tight"]);
         assert!(p.batch.is_none());
         assert_eq!(b.poll(5).batch.unwrap().items, vec!["fine"]);
+    }
+
+    #[test]
+    fn expiring_alone_releases_no_batch_and_says_when_the_next_expiry_is() {
+        let mut b = BucketBatcher::new(limits());
+        b.observe_inference(0, 10.0);
+        b.push("soon", 10, 50, 0);
+        b.push("later", 10, 200, 0);
+        assert!(b.has_due_batch(5), "waited out its 5 ms");
+        assert!(!b.has_due_batch(4));
+        // "soon" stops being servable at 50 - 10 ms of inference.
+        assert_eq!(b.next_expiry_ms(), Some(40));
+        assert!(b.expire(39).is_empty());
+        assert_eq!(b.expire(40), vec!["soon"]);
+        assert_eq!((b.len(), b.next_expiry_ms()), (1, Some(190)));
+        assert_eq!(b.poll(40).batch.unwrap().items, vec!["later"]);
+        assert_eq!((b.has_due_batch(40), b.next_expiry_ms(), b.next_wake_ms(40)), (false, None, None));
     }
 
     #[test]

@@ -614,68 +614,104 @@ struct BatcherStages {
 }
 
 /// Owns the batcher: the only task that touches it, so it needs no lock.
+///
+/// A batch is formed only once the stage after it can take one, from
+/// everything the worker holds at that moment. Forming batches as soon as a
+/// bucket was due, and waiting to hand each over before reading more jobs,
+/// left the jobs read meanwhile queued outside the batcher: under load the
+/// batches were cut from a few milliseconds of arrivals spread over dozens
+/// of length buckets (2–13 rows where 32 would fit), and the engine paid its
+/// per-call cost for every few rows.
 async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: AdmissionPolicy) {
-    // Feedback is drained here: the limit it moves lives in this task.
     let mut batcher: BucketBatcher<Job> = BucketBatcher::new(limits);
     let mut open = true;
     while open || !batcher.is_empty() {
-        while let Ok(feedback) = stages.feedback.try_recv() {
-            match feedback {
-                Feedback::Timing { bucket, infer_ms, held_ms } => {
-                    batcher.observe_inference(bucket, infer_ms);
-                    if let Some(limit) = stages.in_flight.as_mut() {
-                        let now = limit.observe(held_ms);
-                        stages.in_flight_now.store(now, Ordering::Relaxed);
-                        metrics::gauge!(m::IN_FLIGHT_LIMIT, "model" => policy.model.to_string()).set(now as f64);
-                    }
-                }
-                Feedback::RowCap { bucket, rows } => batcher.cap_rows(bucket, rows),
-            }
-        }
+        // Feedback is drained here: the limit it moves lives in this task.
+        apply_feedback(&mut stages, &mut batcher, &policy);
+        open &= take_waiting_jobs(&mut stages.jobs, &mut batcher);
         let now = now_ms();
-        let polled = if open { batcher.poll(now) } else { batcher.flush(now) };
-        if !polled.expired.is_empty() {
-            metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string())
-                .increment(polled.expired.len() as u64);
-            let answers = polled
-                .expired
-                .into_iter()
-                .map(|job| Finished {
-                    answer: Answer::expired(
-                        policy.model.as_str(),
-                        policy.version.get(),
-                        timings(job.created_ms, None, now),
-                    ),
-                    position: job.position,
-                    id: job.id,
-                    feature: None,
-                })
-                .collect();
-            if stages.sink.send(SinkItem::Answers(answers)).await.is_err() {
-                return;
-            }
+        if !answer_expired(batcher.expire(now), &stages.sink, &policy, now).await {
+            return;
         }
-        if let Some(batch) = polled.batch {
-            if stages.batches.send(batch).await.is_err() {
-                return;
-            }
-            continue;
-        }
-        if !open {
-            continue;
-        }
-        let wake = polled.wake_at_ms.map(|at| Duration::from_millis(at.saturating_sub(now)));
+        // Once the input is closed, whatever is held goes without waiting.
+        let ready = if open { batcher.has_due_batch(now) } else { !batcher.is_empty() };
+        // Ready: wait for room downstream, still taking jobs and expiring.
+        // Not ready: wait for a job or for a bucket's wait to end.
+        let wake = if ready { batcher.next_expiry_ms() } else { batcher.next_wake_ms(now) };
+        let wait = wake.map(|at| Duration::from_millis(at.saturating_sub(now)));
         tokio::select! {
-            job = stages.jobs.recv() => match job {
-                Some(job) => {
-                    let (len, deadline) = (job.input.len(), job.deadline_ms);
-                    batcher.push(job, len, deadline, now_ms());
+            permit = stages.batches.reserve(), if ready => {
+                let Ok(permit) = permit else { return };
+                // Jobs that arrived while the engine was busy join this batch.
+                open &= take_waiting_jobs(&mut stages.jobs, &mut batcher);
+                let now = now_ms();
+                let polled = if open { batcher.poll(now) } else { batcher.flush(now) };
+                if !answer_expired(polled.expired, &stages.sink, &policy, now).await {
+                    return;
                 }
+                if let Some(batch) = polled.batch {
+                    permit.send(batch);
+                }
+            }
+            job = stages.jobs.recv(), if open => match job {
+                Some(job) => push_job(&mut batcher, job),
                 None => open = false,
             },
-            _ = sleep_or_forever(wake) => {}
+            _ = sleep_or_forever(wait) => {}
         }
     }
+}
+
+fn apply_feedback(stages: &mut BatcherStages, batcher: &mut BucketBatcher<Job>, policy: &AdmissionPolicy) {
+    while let Ok(feedback) = stages.feedback.try_recv() {
+        match feedback {
+            Feedback::Timing { bucket, infer_ms, held_ms } => {
+                batcher.observe_inference(bucket, infer_ms);
+                if let Some(limit) = stages.in_flight.as_mut() {
+                    let now = limit.observe(held_ms);
+                    stages.in_flight_now.store(now, Ordering::Relaxed);
+                    metrics::gauge!(m::IN_FLIGHT_LIMIT, "model" => policy.model.to_string()).set(now as f64);
+                }
+            }
+            Feedback::RowCap { bucket, rows } => batcher.cap_rows(bucket, rows),
+        }
+    }
+}
+
+/// Moves every job already queued into the batcher; false once the queue
+/// is closed and empty.
+fn take_waiting_jobs(jobs: &mut mpsc::Receiver<Job>, batcher: &mut BucketBatcher<Job>) -> bool {
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => push_job(batcher, job),
+            Err(mpsc::error::TryRecvError::Empty) => return true,
+            Err(mpsc::error::TryRecvError::Disconnected) => return false,
+        }
+    }
+}
+
+fn push_job(batcher: &mut BucketBatcher<Job>, job: Job) {
+    let (len, deadline) = (job.input.len(), job.deadline_ms);
+    batcher.push(job, len, deadline, now_ms());
+}
+
+/// Sends `expired` answers for requests the batcher gave up on; false when
+/// the sink is gone.
+async fn answer_expired(expired: Vec<Job>, sink: &mpsc::Sender<SinkItem>, policy: &AdmissionPolicy, now: u64) -> bool {
+    if expired.is_empty() {
+        return true;
+    }
+    metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string()).increment(expired.len() as u64);
+    let answers = expired
+        .into_iter()
+        .map(|job| Finished {
+            answer: Answer::expired(policy.model.as_str(), policy.version.get(), timings(job.created_ms, None, now)),
+            position: job.position,
+            id: job.id,
+            feature: None,
+        })
+        .collect();
+    sink.send(SinkItem::Answers(answers)).await.is_ok()
 }
 
 /// Between batcher and engine: answers what the feature cache already has,
