@@ -26,6 +26,9 @@ pub struct LimitSettings {
 pub struct InFlightLimit {
     settings: LimitSettings,
     limit: f64,
+    /// When the limit was last cut. A batch whose requests were all read
+    /// before it shows the queue the old limit let in, not the new one.
+    last_cut_ms: Option<u64>,
 }
 
 impl InFlightLimit {
@@ -34,24 +37,34 @@ impl InFlightLimit {
     pub fn new(settings: LimitSettings) -> Self {
         let floor = settings.floor.max(1);
         let settings = LimitSettings { floor, ceiling: settings.ceiling.max(floor), ..settings };
-        Self { limit: settings.ceiling as f64, settings }
+        Self { limit: settings.ceiling as f64, settings, last_cut_ms: None }
     }
 
     pub fn limit(&self) -> usize {
         self.limit.round() as usize
     }
 
-    /// Feeds one batch's latency (its queue wait plus its model time); returns
-    /// the new limit.
-    pub fn observe(&mut self, batch_latency_ms: f64) -> usize {
+    /// Feeds one batch: how long its longest-held request waited inside the
+    /// worker (`held_ms`), when that request was read, and the time now.
+    /// Returns the new limit.
+    ///
+    /// A slow batch cuts the limit at most once per round, as TCP halves its
+    /// window once per loss event: the batches that follow a cut still hold
+    /// requests read under the old limit, and cutting again for each of them
+    /// (10–20 batches a second) drove the limit from its ceiling to its
+    /// floor within a second of a burst, far below what the target allows.
+    pub fn observe(&mut self, held_ms: f64, first_read_ms: u64, now_ms: u64) -> usize {
         let s = self.settings;
-        self.limit = if batch_latency_ms > s.target_ms {
-            self.limit * s.backoff
+        if held_ms > s.target_ms {
+            let read_since_cut = self.last_cut_ms.is_none_or(|cut| first_read_ms >= cut);
+            if read_since_cut {
+                self.limit = (self.limit * s.backoff).max(s.floor as f64);
+                self.last_cut_ms = Some(now_ms);
+            }
         } else {
             // One more per good batch: a batch is this worker's round trip.
-            self.limit + 1.0
+            self.limit = (self.limit + 1.0).min(s.ceiling as f64);
         }
-        .clamp(s.floor as f64, s.ceiling as f64);
         self.limit()
     }
 }
@@ -63,43 +76,95 @@ mod tests {
 
     const SETTINGS: LimitSettings = LimitSettings { floor: 8, ceiling: 256, target_ms: 100.0, backoff: 0.8 };
 
+    /// Feeds a batch read `held_ms` before `now_ms`.
+    fn batch(l: &mut InFlightLimit, held_ms: u64, now_ms: u64) -> usize {
+        l.observe(held_ms as f64, now_ms - held_ms, now_ms)
+    }
+
     #[test]
-    fn slow_batches_shrink_it_fast_and_good_ones_grow_it_back_slowly() {
+    fn slow_rounds_shrink_it_fast_and_good_batches_grow_it_back_slowly() {
         let mut l = InFlightLimit::new(SETTINGS);
         assert_eq!(l.limit(), 256);
-        for _ in 0..5 {
-            l.observe(500.0);
+        // Five rounds of slow batches, each read after the previous cut.
+        for round in 1..=5 {
+            batch(&mut l, 500, round * 1_000);
         }
         let shrunk = l.limit();
-        assert!(shrunk < 100, "{shrunk}");
+        assert_eq!(shrunk, (256.0 * 0.8f64.powi(5)).round() as usize);
         let mut steps = 0;
+        let mut now = 10_000;
         while l.limit() < 200 {
-            l.observe(20.0);
+            now += 10;
+            batch(&mut l, 20, now);
             steps += 1;
         }
         assert!(steps > 5, "growth is gradual: {steps} steps");
-        for _ in 0..100 {
-            l.observe(10_000.0);
+        for round in 0..100 {
+            now += 20_000;
+            batch(&mut l, 10_000 + round, now);
         }
         assert_eq!(l.limit(), 8, "never below the floor");
     }
 
+    #[test]
+    fn a_slow_round_cuts_once_however_many_batches_it_holds() {
+        let mut l = InFlightLimit::new(SETTINGS);
+        // A burst: requests read from 0 ms on wait 500 ms; twenty batches of
+        // them finish 10 ms apart.
+        for i in 0..20 {
+            l.observe(500.0, i * 10, 500 + i * 10);
+        }
+        assert_eq!(l.limit(), 205, "one cut of ×0.8, not twenty");
+        // A batch read after that cut, still slow: the next round's cut.
+        l.observe(400.0, 600, 1_000);
+        assert_eq!(l.limit(), 164);
+    }
+
     proptest! {
         #[test]
-        fn the_limit_stays_within_floor_and_ceiling(latencies in proptest::collection::vec(0.0f64..1000.0, 0..300)) {
+        fn the_limit_stays_within_floor_and_ceiling(batches in proptest::collection::vec((0u64..1000, 0u64..50), 0..300)) {
             let mut l = InFlightLimit::new(SETTINGS);
-            for ms in latencies {
-                let limit = l.observe(ms);
+            let mut now = 1_000;
+            for (held, gap) in batches {
+                now += gap;
+                let limit = l.observe(held as f64, now.saturating_sub(held), now);
                 prop_assert!((8..=256).contains(&limit));
             }
         }
 
         #[test]
-        fn a_slow_batch_never_raises_it(start in proptest::collection::vec(0.0f64..300.0, 0..50), slow in 100.1f64..5000.0) {
+        fn a_slow_batch_never_raises_it(
+            start in proptest::collection::vec((0u64..300, 0u64..50), 0..50),
+            slow in 101u64..5000,
+            read_gap in 0u64..5000,
+        ) {
             let mut l = InFlightLimit::new(SETTINGS);
-            for ms in start { l.observe(ms); }
+            let mut now = 10_000;
+            for (held, gap) in start {
+                now += gap;
+                l.observe(held as f64, now - held, now);
+            }
             let before = l.limit();
-            prop_assert!(l.observe(slow) <= before);
+            prop_assert!(l.observe(slow as f64, now.saturating_sub(read_gap), now) <= before);
+        }
+
+        #[test]
+        fn cuts_are_at_most_one_per_round(helds in proptest::collection::vec(101u64..2000, 1..100)) {
+            // Slow batches 10 ms apart, each read `held` before it ran: a cut
+            // at t counts only batches read at or after t.
+            let mut l = InFlightLimit::new(SETTINGS);
+            let (mut now, mut last_cut, mut cuts) = (5_000u64, None::<u64>, 0);
+            for held in helds {
+                now += 10;
+                let before = l.limit;
+                l.observe(held as f64, now - held, now);
+                if l.limit < before {
+                    prop_assert!(last_cut.is_none_or(|cut| now - held >= cut), "cut again within a round");
+                    last_cut = Some(now);
+                    cuts += 1;
+                }
+            }
+            prop_assert!(cuts >= 1, "the first slow batch always cuts");
         }
     }
 }

@@ -665,10 +665,10 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
 fn apply_feedback(stages: &mut BatcherStages, batcher: &mut BucketBatcher<Job>, policy: &AdmissionPolicy) {
     while let Ok(feedback) = stages.feedback.try_recv() {
         match feedback {
-            Feedback::Timing { bucket, infer_ms, held_ms } => {
+            Feedback::Timing { bucket, infer_ms, held_ms, first_read_ms } => {
                 batcher.observe_inference(bucket, infer_ms);
                 if let Some(limit) = stages.in_flight.as_mut() {
-                    let now = limit.observe(held_ms);
+                    let now = limit.observe(held_ms, first_read_ms, now_ms());
                     stages.in_flight_now.store(now, Ordering::Relaxed);
                     metrics::gauge!(m::IN_FLIGHT_LIMIT, "model" => policy.model.to_string()).set(now as f64);
                 }

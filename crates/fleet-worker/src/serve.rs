@@ -40,8 +40,9 @@ pub enum EngineCommand {
 pub enum Feedback {
     /// How long a batch of the bucket took (which deadlines it can meet),
     /// and how long its longest-held request had been inside the worker
-    /// (the adaptive in-flight limit's signal).
-    Timing { bucket: usize, infer_ms: f64, held_ms: f64 },
+    /// when the batch started, read at `first_read_ms` (the adaptive
+    /// in-flight limit's signal).
+    Timing { bucket: usize, infer_ms: f64, held_ms: f64, first_read_ms: u64 },
     /// A batch of the bucket fitted in device memory only with this many
     /// rows: later batches hold no more.
     RowCap { bucket: usize, rows: usize },
@@ -93,7 +94,8 @@ impl EngineThread {
                     let started = Instant::now();
                     let ran = run_batch(&current.model, &self.model, current.version, batch);
                     self.busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    let _ = self.feedback.send(Feedback::Timing { bucket, infer_ms: ran.infer_ms, held_ms });
+                    let _ =
+                        self.feedback.send(Feedback::Timing { bucket, infer_ms: ran.infer_ms, held_ms, first_read_ms });
                     if let Some(rows) = ran.row_cap {
                         tracing::warn!(bucket, rows, "a batch ran out of device memory; capping the bucket");
                         let _ = self.feedback.send(Feedback::RowCap { bucket, rows });
