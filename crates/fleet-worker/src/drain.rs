@@ -14,13 +14,10 @@
 //!    (requests dropped as expired), at the depth the queue then had. Of
 //!    the window, the best rate over
 //!    [`SUSTAINED_INTERVALS`] successive saturated intervals counts, not
-//!    the mean: a worker drains faster behind a deeper backlog, so the
-//!    mean over a window in which the queue was shallower understates the
-//!    rate at the depth a new request joins. Measured (docs/benchmarks.md,
-//!    admission): one worker drained ~95 answers/s with ~400 queued and
-//!    ~150/s with ~1000; admission judged on the mean kept the queue at
-//!    the shallow, slow point and refused requests the deeper queue would
-//!    have served.
+//!    the mean: the seconds in which the queue was still filling
+//!    understate what the worker drains once it is full, and admission
+//!    judged on the mean held the queue short of what the worker could
+//!    serve (docs/benchmarks.md, admission).
 //! 2. **Answers per second of busy engine time**, when the worker was not
 //!    saturated lately: a worker offered 20 req/s answers 20/s whatever it
 //!    could do, so per wall second it would predict a burst's wait from the
