@@ -26,8 +26,9 @@ pub struct LimitSettings {
 pub struct InFlightLimit {
     settings: LimitSettings,
     limit: f64,
-    /// When the limit was last cut. A batch whose requests were all read
-    /// before it shows the queue the old limit let in, not the new one.
+    /// When the limit was last cut. A slow batch holding any request read
+    /// before then shows the queue the old limit let in, not the new one,
+    /// and does not cut again.
     last_cut_ms: Option<u64>,
 }
 
