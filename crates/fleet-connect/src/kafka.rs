@@ -17,7 +17,7 @@ pub struct KafkaArgs {
     #[arg(long, env = "FLEET_BROKERS", default_value = "127.0.0.1:9092", global = true)]
     pub brokers: String,
     /// Extra librdkafka property, key=value (repeatable); overrides the file and the security flags.
-    #[arg(long = "kafka-property", value_parser = fleet_proto::client_properties::parse_pair, global = true)]
+    #[arg(long = "kafka-property", value_parser = PropertyParser, global = true)]
     pub kafka_properties: Vec<(String, String)>,
     /// A file of librdkafka properties, key=value lines (e.g. SASL/TLS
     /// settings mounted from a Secret, so no password is on a command line).
@@ -40,6 +40,30 @@ impl KafkaArgs {
     }
 }
 
+/// Parses a `--kafka-property` argument. Not a plain function parser: clap
+/// would quote the whole argument in its error, and it may hold a password.
+#[derive(Debug, Clone, Copy)]
+pub struct PropertyParser;
+
+impl clap::builder::TypedValueParser for PropertyParser {
+    type Value = (String, String);
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let refuse = |problem: &str| {
+            let message =
+                format!("invalid --kafka-property: {problem} (the argument is not shown: it may hold a secret)\n");
+            clap::Error::raw(clap::error::ErrorKind::InvalidValue, message)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not UTF-8"))?;
+        fleet_proto::client_properties::parse_pair(text).map_err(refuse)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaConfigError {
     #[error("reading the Kafka properties file {path}: {source}")]
@@ -48,6 +72,9 @@ pub enum KafkaConfigError {
     Parse { path: PathBuf, source: fleet_proto::client_properties::PropertiesError },
     #[error(transparent)]
     Security(#[from] SecurityError),
+    /// librdkafka refused a property. Its own error would print the value.
+    #[error("Kafka property {key:?}: {problem}")]
+    Refused { key: String, problem: String },
 }
 
 /// The properties of `file` (if any), then `security`'s, then `overrides`.
@@ -78,10 +105,32 @@ pub fn client_config(
 ) -> Result<ClientConfig, KafkaConfigError> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
-    for (key, value) in properties(file, security, overrides)? {
+    let properties = properties(file, security, overrides)?;
+    for (key, value) in &properties {
         config.set(key, value);
     }
+    // Checked here, once, so that no later client creation reports a bad
+    // property through rdkafka's error, whose text includes the value.
+    config.create_native_config().map_err(|e| refused(e, &properties))?;
     Ok(config)
+}
+
+/// librdkafka's complaint about a property, without any property's value.
+fn refused(error: rdkafka::error::KafkaError, properties: &[(String, String)]) -> KafkaConfigError {
+    match error {
+        rdkafka::error::KafkaError::ClientConfig(_, description, key, _value) => {
+            KafkaConfigError::Refused { key, problem: redact(&description, properties) }
+        }
+        other => KafkaConfigError::Refused { key: String::new(), problem: redact(&other.to_string(), properties) },
+    }
+}
+
+/// `text` with every property value in it replaced by `***`.
+fn redact(text: &str, properties: &[(String, String)]) -> String {
+    properties
+        .iter()
+        .filter(|(_, value)| !value.is_empty())
+        .fold(text.to_owned(), |text, (_, value)| text.replace(value.as_str(), "***"))
 }
 
 #[cfg(test)]
@@ -107,5 +156,32 @@ mod tests {
         let err = client_config("b:9092", Some(&path), &KafkaSecurity::default(), &[]).unwrap_err().to_string();
         assert!(err.contains("line 1") && !err.contains("hunter2"), "{err}");
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_property_librdkafka_refuses_is_named_without_its_value() {
+        let path = std::env::temp_dir().join(format!("fleet-kafka-typo-{}.properties", std::process::id()));
+        std::fs::write(&path, "sasl.pasword=hunter2\n").unwrap();
+        let err = client_config("b:9092", Some(&path), &KafkaSecurity::default(), &[]).unwrap_err().to_string();
+        assert!(err.contains("sasl.pasword") && !err.contains("hunter2"), "{err}");
+        let _ = std::fs::remove_file(&path);
+        let bad_value = [("security.protocol".to_owned(), "hunter2".to_owned())];
+        let err = client_config("b:9092", None, &KafkaSecurity::default(), &bad_value).unwrap_err().to_string();
+        assert!(err.contains("security.protocol") && !err.contains("hunter2"), "{err}");
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        kafka: KafkaArgs,
+    }
+
+    #[test]
+    fn a_malformed_kafka_property_flag_is_refused_without_echoing_it() {
+        use clap::Parser;
+        let err = Cli::try_parse_from(["x", "--kafka-property", "sasl.password:hunter2"]).unwrap_err().to_string();
+        assert!(err.contains("--kafka-property") && !err.contains("hunter2"), "{err}");
+        let ok = Cli::try_parse_from(["x", "--kafka-property", "sasl.password=hunter2"]).unwrap();
+        assert_eq!(ok.kafka.kafka_properties, vec![("sasl.password".to_owned(), "hunter2".to_owned())]);
     }
 }

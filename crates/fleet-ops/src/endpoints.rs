@@ -14,9 +14,14 @@ use std::time::Duration;
 /// A health check: `Err` carries why, shown to whoever asks.
 pub type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// A JSON page the process serves besides the checks (path, body).
+pub type Page = (&'static str, Arc<dyn Fn() -> String + Send + Sync>);
+
 pub struct Checks {
     pub live: Check,
     pub ready: Check,
+    /// Further read-only pages, e.g. the worker's `/dead-letters`.
+    pub pages: Vec<Page>,
 }
 
 /// How often histogram and idle-series housekeeping runs (the exporter's
@@ -36,8 +41,8 @@ pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, checks: Checks) 
             upkeep.run_upkeep();
         }
     });
-    let Checks { live, ready } = checks;
-    let app = Router::new()
+    let Checks { live, ready, pages } = checks;
+    let mut app = Router::new()
         .route(
             "/metrics",
             get(move || {
@@ -47,6 +52,15 @@ pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, checks: Checks) 
         )
         .route("/healthz", get(move || answer(live.clone())))
         .route("/ready", get(move || answer(ready.clone())));
+    for (path, body) in pages {
+        app = app.route(
+            path,
+            get(move || {
+                let body = body();
+                async move { ([(header::CONTENT_TYPE, "application/json")], body) }
+            }),
+        );
+    }
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "the metrics/health server stopped");

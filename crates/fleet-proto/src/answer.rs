@@ -41,6 +41,9 @@ pub enum ErrorCode {
     ImageTooLarge,
     /// The model failed on this input after bounded retries.
     ModelFailed,
+    /// The worker failed while preparing this request (a defect, caught and
+    /// confined to this one request).
+    InternalError,
 }
 
 impl ErrorCode {
@@ -53,6 +56,7 @@ impl ErrorCode {
             Self::TextTooLong => "text_too_long",
             Self::ImageTooLarge => "image_too_large",
             Self::ModelFailed => "model_failed",
+            Self::InternalError => "internal_error",
         }
     }
 }
@@ -155,6 +159,7 @@ mod tests {
             ErrorCode::TextTooLong,
             ErrorCode::ImageTooLarge,
             ErrorCode::ModelFailed,
+            ErrorCode::InternalError,
         ] {
             assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
         }

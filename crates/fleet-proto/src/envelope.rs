@@ -146,6 +146,15 @@ impl Envelope {
     }
 }
 
+/// Where an answer about this message can go, if anywhere: the request id
+/// [`Envelope::parse`] would answer at, also for a message it refuses.
+pub fn readable_id(key: Option<&[u8]>, ce_id: Option<&[u8]>) -> Option<RequestId> {
+    match resolve_id(key, ce_id) {
+        Ok(id) => Some(id),
+        Err(rejection) => rejection.id,
+    }
+}
+
 /// The key is the request id (it picks the partition); `ce_id` must agree.
 fn resolve_id(key: Option<&[u8]>, ce_id: Option<&[u8]>) -> Result<RequestId, Rejection> {
     let from_key = key.map(RequestId::from_bytes);
@@ -264,6 +273,15 @@ mod tests {
         assert_eq!(r.code, ErrorCode::BadRequest);
         // An invalid key but a valid ce_id: the answer can still go to ce_id.
         assert_eq!(parse(Some(b"bad key"), &hs).unwrap().id.as_str(), "req-7");
+    }
+
+    #[test]
+    fn the_answer_address_is_the_one_parse_would_use() {
+        assert_eq!(readable_id(Some(b"req-7"), None).unwrap().as_str(), "req-7");
+        assert_eq!(readable_id(Some(b""), Some(b"req-8")).unwrap().as_str(), "req-8");
+        assert_eq!(readable_id(Some(b"a"), Some(b"b")).unwrap().as_str(), "a", "disagreeing: the key's");
+        assert_eq!(readable_id(Some(b""), None), None);
+        assert_eq!(readable_id(None, Some(b"\xff")), None);
     }
 
     #[test]

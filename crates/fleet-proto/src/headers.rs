@@ -16,6 +16,12 @@ pub const PARTS: &str = "ce_parts";
 pub const DLQ_REASON: &str = "fleet_dlq_reason";
 /// Header set on a dead-lettered message: a human-readable detail.
 pub const DLQ_DETAIL: &str = "fleet_dlq_detail";
+/// Header set on a dead-lettered message: where the original sits,
+/// `<topic>:<partition>:<offset>`.
+pub const DLQ_SOURCE: &str = "fleet_dlq_source";
+/// Header set (to `true`) on a dead letter sent without the original's
+/// payload and headers, because the full copy was refused as too large.
+pub const DLQ_TRUNCATED: &str = "fleet_dlq_truncated";
 
 pub const SPEC_VERSION_VALUE: &str = "1.0";
 pub const TYPE_VALUE: &str = "fleet.infer.v1";

@@ -61,8 +61,19 @@ pub enum Admission {
     },
 }
 
+/// The dead-letter reason of a message with a header name that is not
+/// UTF-8 and no readable request id.
+pub const MALFORMED_HEADER: &str = "malformed_header";
+
 impl AdmissionPolicy {
     pub fn admit(&self, inbound: &Inbound, now_ms: u64) -> Admission {
+        if let Some(malformed) = inbound.malformed_header() {
+            let ce_id = inbound.header_pairs().find(|(name, _)| name.eq_ignore_ascii_case(fleet_proto::headers::ID));
+            return match fleet_proto::envelope::readable_id(inbound.key.as_deref(), ce_id.and_then(|(_, v)| v)) {
+                Some(id) => self.refuse(id, ErrorCode::BadRequest, malformed.to_string(), None, now_ms),
+                None => Admission::DeadLetter { reason: MALFORMED_HEADER, detail: malformed.to_string() },
+            };
+        }
         let envelope = match Envelope::parse(inbound.key.as_deref(), inbound.header_pairs()) {
             Ok(envelope) => envelope,
             Err(rejection) => {
@@ -170,7 +181,7 @@ pub fn image_error_code(error: &ImageError) -> ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Position;
+    use crate::message::{Position, RawHeader};
     use fleet_proto::{headers as h, Status};
 
     const NOW: u64 = 1_764_000_001_000;
@@ -212,9 +223,9 @@ mod tests {
 
     fn inbound(envelope: &Envelope, payload: &[u8]) -> Inbound {
         Inbound {
-            position: Position { partition: 0, offset: 7 },
+            position: Position { partition: 0, offset: 7, generation: 1 },
             key: Some(envelope.id.as_str().as_bytes().to_vec()),
-            headers: envelope.to_headers().into_iter().map(|(k, v)| (k.to_owned(), Some(v.into_bytes()))).collect(),
+            headers: envelope.to_headers().into_iter().map(|(k, v)| RawHeader::new(k, Some(v.into_bytes()))).collect(),
             payload: Some(payload.to_vec()),
         }
     }
@@ -253,12 +264,12 @@ mod tests {
         assert_eq!(error_code(p.admit(&inbound(&image, b"\x89PNG"), NOW)), ErrorCode::UnsupportedFormat);
 
         let mut no_time = inbound(&text, b"hi");
-        no_time.headers.retain(|(k, _)| k != h::TIME);
+        no_time.headers.retain(|header| header.name != h::TIME.as_bytes());
         assert_eq!(error_code(p.admit(&no_time, NOW)), ErrorCode::BadRequest);
         let mut unknown_type = inbound(&text, b"hi");
-        for (k, v) in &mut unknown_type.headers {
-            if k == h::CONTENT_TYPE {
-                *v = Some(b"application/x-thing".to_vec());
+        for header in &mut unknown_type.headers {
+            if header.name == h::CONTENT_TYPE.as_bytes() {
+                header.value = Some(b"application/x-thing".to_vec());
             }
         }
         assert_eq!(error_code(p.admit(&unknown_type, NOW)), ErrorCode::UnsupportedFormat);
@@ -306,10 +317,55 @@ mod tests {
     fn unreadable_id_goes_to_the_dead_letter_topic() {
         let mut msg = inbound(&envelope(ContentType::Text), b"hi");
         msg.key = None;
-        msg.headers.retain(|(k, _)| k != h::ID);
+        msg.headers.retain(|header| header.name != h::ID.as_bytes());
         assert!(matches!(policy().admit(&msg, NOW), Admission::DeadLetter { reason: "unreadable_request_id", .. }));
         msg.headers.clear();
         msg.key = Some(b"bad key!".to_vec());
         assert!(matches!(policy().admit(&msg, NOW), Admission::DeadLetter { .. }));
+    }
+
+    #[test]
+    fn a_header_name_that_is_not_utf8_is_a_bad_request_or_a_dead_letter() {
+        let mut msg = inbound(&envelope(ContentType::Text), b"hi");
+        msg.headers.push(RawHeader::new(b"x-\xff".to_vec(), Some(b"v".to_vec())));
+        assert_eq!(error_code(policy().admit(&msg, NOW)), ErrorCode::BadRequest);
+        // Without the key, ce_id still gives the answer an address.
+        msg.key = None;
+        assert_eq!(error_code(policy().admit(&msg, NOW)), ErrorCode::BadRequest);
+        msg.headers.retain(|header| header.name != h::ID.as_bytes());
+        match policy().admit(&msg, NOW) {
+            Admission::DeadLetter { reason, detail } => {
+                assert_eq!(reason, MALFORMED_HEADER);
+                assert!(detail.contains("x-\\xff"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn times_at_the_numeric_extremes_are_answered_not_overflowed() {
+        let p = policy();
+        let mut far = envelope(ContentType::Text);
+        far.deadline_ms = Some(u64::MAX);
+        assert!(matches!(p.admit(&inbound(&far, b"hi"), NOW), Admission::Text(_)));
+        let mut past = envelope(ContentType::Text);
+        past.deadline_ms = Some(0);
+        match p.admit(&inbound(&past, b"hi"), NOW) {
+            Admission::Answer { answer, .. } => assert_eq!(answer.status, Status::Expired),
+            other => panic!("{other:?}"),
+        }
+        let mut huge = inbound(&envelope(ContentType::Text), b"hi");
+        for header in &mut huge.headers {
+            if header.name == h::TIME.as_bytes() {
+                header.value = Some(b"9999-12-31T23:59:59.999Z".to_vec());
+            }
+        }
+        huge.headers.push(RawHeader::new(h::DEADLINE, Some(b"99999999999999999999999".to_vec())));
+        assert_eq!(error_code(p.admit(&huge, NOW)), ErrorCode::BadRequest);
+        huge.headers.pop();
+        match p.admit(&huge, NOW) {
+            Admission::Text(request) => assert!(request.deadline_ms > NOW),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -124,6 +124,18 @@ pub struct Batch<T> {
 }
 
 impl<T> Batch<T> {
+    /// Keeps only the rows `keep` accepts; returns how many were dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let before = self.items.len();
+        let (items, lens) = std::mem::take(&mut self.items)
+            .into_iter()
+            .zip(std::mem::take(&mut self.lens))
+            .filter(|(item, _)| keep(item))
+            .unzip();
+        (self.items, self.lens) = (items, lens);
+        before - self.items.len()
+    }
+
     pub fn padded_len(&self) -> usize {
         self.lens.iter().copied().max().unwrap_or(0)
     }
@@ -191,6 +203,17 @@ impl<T> BucketBatcher<T> {
         let bucket = self.limits.bucket_of(len);
         self.buckets[bucket].push_back(Held { item, len, arrived_ms: now_ms, deadline_ms });
         self.held += 1;
+    }
+
+    /// Keeps only the held requests `keep` accepts (work of partitions
+    /// revoked since it was read goes); returns how many were dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let before = self.held;
+        for queue in &mut self.buckets {
+            queue.retain(|held| keep(&held.item));
+        }
+        self.held = self.buckets.iter().map(VecDeque::len).sum();
+        before - self.held
     }
 
     /// Feeds back how long a batch of `bucket` took, so deadlines that
@@ -636,5 +659,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn retain_drops_held_requests_and_batch_rows_with_their_lengths() {
+        let mut b = BucketBatcher::new(limits());
+        for (i, len) in [5usize, 20, 6, 70].into_iter().enumerate() {
+            b.push(i, len, 10_000, 0);
+        }
+        assert_eq!(b.retain(|&i| i % 2 == 0), 2);
+        assert_eq!(b.len(), 2);
+        let batch = b.flush(1).batch.expect("a batch");
+        assert_eq!(batch.items, vec![0, 2]);
+        let mut batch = Batch { bucket: 0, items: vec![1, 2, 3], lens: vec![10, 20, 30] };
+        assert_eq!(batch.retain(|&i| i != 2), 1);
+        assert_eq!((batch.items, batch.lens), (vec![1, 3], vec![10, 30]));
     }
 }

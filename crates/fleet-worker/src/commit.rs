@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Default)]
 struct PartitionState {
+    /// Which assignment of the partition this state belongs to.
+    generation: u64,
     /// Offset → message size in bytes.
     in_flight: BTreeMap<i64, usize>,
     highest_seen: Option<i64>,
@@ -26,26 +28,52 @@ impl PartitionState {
 pub struct CommitTracker {
     partitions: BTreeMap<i32, PartitionState>,
     bytes: usize,
+    last_generation: u64,
+    revocations: u64,
 }
 
 impl CommitTracker {
-    /// A message was read and is now in flight.
-    pub fn track(&mut self, partition: i32, offset: i64, bytes: usize) {
-        let state = self.partitions.entry(partition).or_default();
+    /// The partition is assigned to this worker: returns the generation its
+    /// messages are read under until it is revoked.
+    pub fn assign(&mut self, partition: i32) -> u64 {
+        self.revoke(partition);
+        self.last_generation += 1;
+        let generation = self.last_generation;
+        self.partitions.insert(partition, PartitionState { generation, ..PartitionState::default() });
+        generation
+    }
+
+    /// The generation `partition` is owned under now, if it is.
+    pub fn generation(&self, partition: i32) -> Option<u64> {
+        self.partitions.get(&partition).map(|s| s.generation)
+    }
+
+    /// Whether a message read under `generation` still belongs to this worker.
+    pub fn is_current(&self, partition: i32, generation: u64) -> bool {
+        self.generation(partition) == Some(generation)
+    }
+
+    /// A message was read and is now in flight. False (and not tracked) when
+    /// its partition was revoked since it was read.
+    pub fn track(&mut self, partition: i32, generation: u64, offset: i64, bytes: usize) -> bool {
+        let Some(state) = self.partitions.get_mut(&partition).filter(|s| s.generation == generation) else {
+            return false;
+        };
         // The first offset read is where the group already stands.
         state.committed.get_or_insert(offset);
         if state.in_flight.insert(offset, bytes).is_none() {
             self.bytes += bytes;
         }
         state.highest_seen = Some(state.highest_seen.map_or(offset, |h| h.max(offset)));
+        true
     }
 
     /// The message at `offset` is answered. Returns the new commit position
     /// (next offset to consume) when it moved forward.
-    pub fn complete(&mut self, partition: i32, offset: i64) -> Option<i64> {
-        let state = self.partitions.get_mut(&partition)?;
+    pub fn complete(&mut self, partition: i32, generation: u64, offset: i64) -> Option<i64> {
+        let state = self.partitions.get_mut(&partition).filter(|s| s.generation == generation)?;
         let Some(bytes) = state.in_flight.remove(&offset) else {
-            return None; // not ours (revoked and reassigned since), or done twice
+            return None; // done twice
         };
         self.bytes -= bytes;
         let position = state.position()?;
@@ -56,11 +84,24 @@ impl CommitTracker {
         Some(position)
     }
 
-    /// The partition was revoked: forget it, late completions are ignored.
-    pub fn forget(&mut self, partition: i32) {
+    /// The partition was revoked: forget it; late completions and messages
+    /// read before now are ignored.
+    pub fn revoke(&mut self, partition: i32) {
         if let Some(state) = self.partitions.remove(&partition) {
             self.bytes -= state.in_flight.values().sum::<usize>();
+            self.revocations += 1;
         }
+    }
+
+    /// Partitions owned now.
+    pub fn assigned(&self) -> usize {
+        self.partitions.len()
+    }
+
+    /// How many partitions were revoked so far: holders of work read earlier
+    /// check it again only when this moved.
+    pub fn revocations(&self) -> u64 {
+        self.revocations
     }
 
     /// Messages read but not answered yet, over all partitions.
@@ -82,26 +123,45 @@ mod tests {
     #[test]
     fn waits_for_the_lowest_offset() {
         let mut t = CommitTracker::default();
+        let g = t.assign(0);
         for o in 10..13 {
-            t.track(0, o, 10);
+            assert!(t.track(0, g, o, 10));
         }
         assert_eq!(t.in_flight_bytes(), 30);
-        assert_eq!(t.complete(0, 12), None);
-        assert_eq!(t.complete(0, 11), None);
-        assert_eq!(t.complete(0, 10), Some(13));
+        assert_eq!(t.complete(0, g, 12), None);
+        assert_eq!(t.complete(0, g, 11), None);
+        assert_eq!(t.complete(0, g, 10), Some(13));
         assert_eq!((t.in_flight(), t.in_flight_bytes()), (0, 0));
     }
 
     #[test]
     fn partitions_are_independent_and_revocation_forgets() {
         let mut t = CommitTracker::default();
-        t.track(0, 5, 100);
-        t.track(1, 9, 7);
-        assert_eq!(t.complete(1, 9), Some(10));
-        t.forget(0);
+        let (g0, g1) = (t.assign(0), t.assign(1));
+        t.track(0, g0, 5, 100);
+        t.track(1, g1, 9, 7);
+        assert_eq!(t.complete(1, g1, 9), Some(10));
+        t.revoke(0);
         assert_eq!(t.in_flight_bytes(), 0);
-        assert_eq!(t.complete(0, 5), None);
-        assert_eq!(t.complete(1, 9), None, "a second completion is ignored");
+        assert_eq!(t.complete(0, g0, 5), None);
+        assert_eq!(t.complete(1, g1, 9), None, "a second completion is ignored");
+    }
+
+    #[test]
+    fn work_read_before_a_revocation_is_not_ours_after_it() {
+        let mut t = CommitTracker::default();
+        assert!(!t.track(0, 1, 5, 10), "a partition never assigned is not tracked");
+        let first = t.assign(0);
+        assert!(t.track(0, first, 5, 10));
+        t.revoke(0);
+        assert!(!t.is_current(0, first));
+        let second = t.assign(0);
+        assert_ne!(first, second);
+        assert!(!t.track(0, first, 6, 10), "read under the old assignment: dropped");
+        assert_eq!(t.complete(0, first, 5), None, "an old completion commits nothing");
+        assert!(t.track(0, second, 5, 10));
+        assert_eq!((t.in_flight(), t.in_flight_bytes()), (1, 10));
+        assert_eq!(t.complete(0, second, 5), Some(6));
     }
 
     proptest! {
@@ -115,14 +175,15 @@ mod tests {
         ) {
             let offsets: Vec<i64> = gaps.iter().scan(0i64, |acc, g| { *acc += g; Some(*acc) }).collect();
             let mut t = CommitTracker::default();
-            for &o in &offsets { t.track(3, o, 1); }
+            let g = t.assign(3);
+            for &o in &offsets { t.track(3, g, o, 1); }
             let mut finish: Vec<(u32, i64)> = offsets.iter().zip(&order_seed).map(|(&o, &k)| (k, o)).collect();
             finish.sort();
             let mut done = std::collections::BTreeSet::new();
             let mut last = i64::MIN;
             for (_, o) in finish {
                 done.insert(o);
-                if let Some(p) = t.complete(3, o) {
+                if let Some(p) = t.complete(3, g, o) {
                     prop_assert!(p > last);
                     last = p;
                     prop_assert!(offsets.iter().filter(|&&x| x < p).all(|x| done.contains(x)));

@@ -52,13 +52,19 @@ pub struct WorkerArgs {
     /// Reading resumes once both holdings fall to this percentage of their limits.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=99))]
     pub low_water_percent: u8,
-    /// librdkafka's prefetch queue cap (queued.max.messages.kbytes).
-    #[arg(long, env = "FLEET_PREFETCH_KBYTES", default_value_t = 16 * 1024)]
+    /// librdkafka's prefetch cap per assigned partition, KiB
+    /// (queued.max.messages.kbytes: each partition has its own queue).
+    #[arg(long, env = "FLEET_PREFETCH_KBYTES", default_value_t = 2 * 1024)]
     pub prefetch_kbytes: usize,
     /// On SIGTERM: how long to finish, write and commit in-flight work
     /// (keep it below the pod's terminationGracePeriodSeconds).
     #[arg(long, env = "FLEET_DRAIN_TIMEOUT", default_value = "25s", value_parser = humantime::parse_duration)]
     pub drain_timeout: std::time::Duration,
+    /// Liveness fails when the worker holds messages and has written no
+    /// answer for longer than this (a stuck sink or engine): Kubernetes
+    /// restarts it instead of leaving its partitions served by nobody.
+    #[arg(long, env = "FLEET_STALL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub stall_timeout: std::time::Duration,
     /// This worker's name in the backlog report; default: $HOSTNAME (the pod), else pid.
     #[arg(long, env = "FLEET_WORKER_ID")]
     pub worker_id: Option<String>,

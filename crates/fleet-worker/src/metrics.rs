@@ -51,8 +51,29 @@ pub const DRAIN_RATE: &str = "fleet_drain_rate";
 /// The in-flight limit now (adaptive: moves with batch latency).
 pub const IN_FLIGHT_LIMIT: &str = "fleet_in_flight_limit";
 
-/// The dead-letter reasons a worker can give (fleet_proto::Rejection).
-pub const DLQ_REASONS: &[&str] = &["unreadable_request_id"];
+/// Failed writes of the sink, by target (redis, dlq) and class (transient,
+/// message, fleet: `failure::FailureClass`).
+pub const SINK_FAILURES_TOTAL: &str = "fleet_sink_failures_total";
+/// How long the worker has held messages without writing an answer (0 when
+/// it holds none or answers): what liveness compares with --stall-timeout.
+pub const SINK_STALLED_SECONDS: &str = "fleet_sink_stalled_seconds";
+/// Dead letters the DLQ topic refused, kept in the local record.
+pub const DLQ_LOCAL_TOTAL: &str = "fleet_dlq_local_total";
+/// Panics contained to one message or batch, by stage (`guard::Stage`).
+pub const PANICS_TOTAL: &str = "fleet_panics_total";
+/// Partitions of the model's topic this worker owns now.
+pub const ASSIGNED_PARTITIONS: &str = "fleet_assigned_partitions";
+/// Requests dropped before compute because their partition was revoked
+/// after they were read (the new owner reads them again).
+pub const REVOKED_DROPPED_TOTAL: &str = "fleet_revoked_dropped_total";
+
+/// The dead-letter reasons a worker can give.
+pub const DLQ_REASONS: &[&str] = &[
+    "unreadable_request_id",
+    crate::admission::MALFORMED_HEADER,
+    crate::pipeline::PREPARE_PANICKED,
+    crate::sink::ANSWER_UNWRITABLE,
+];
 
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
@@ -87,7 +108,10 @@ pub fn register(model: &str) {
     describe_counter!(CACHE_MISSES_TOTAL, "Requests the feature cache did not have");
     describe_histogram!(CACHE_SAVED_SECONDS, Unit::Seconds, "Model time each cache hit did not spend");
     describe_gauge!(IMAGE_DECODE_BYTES_IN_USE, Unit::Bytes, "Bytes reserved by image decodes running now");
-    describe_gauge!(CONSUMER_PAUSED, "1 while the worker has stopped reading at its in-flight limit");
+    describe_gauge!(
+        CONSUMER_PAUSED,
+        "1 while the worker has stopped reading: at its in-flight limit, or a write no retry cures is failing"
+    );
     describe_gauge!(WORKER_READY, "1 while /ready passes: model warm, broker and Redis reachable");
     describe_gauge!(GPU_MEMORY_USED_BYTES, Unit::Bytes, "Device memory in use (NVML), CUDA workers only");
     describe_gauge!(GPU_MEMORY_TOTAL_BYTES, Unit::Bytes, "Device memory in all (NVML), CUDA workers only");
@@ -100,6 +124,19 @@ pub fn register(model: &str) {
         "Answers per second over the last 10 s: per wall second while saturated, else per busy engine second"
     );
     describe_gauge!(IN_FLIGHT_LIMIT, "Messages the worker may hold now (adaptive: follows batch latency)");
+    describe_counter!(
+        SINK_FAILURES_TOTAL,
+        "Failed writes, by target (redis, dlq) and class (transient, message, fleet)"
+    );
+    describe_gauge!(
+        SINK_STALLED_SECONDS,
+        Unit::Seconds,
+        "How long messages have been held with no answer written (liveness fails past --stall-timeout)"
+    );
+    describe_counter!(DLQ_LOCAL_TOTAL, "Dead letters the DLQ topic refused, kept in the local record (/dead-letters)");
+    describe_counter!(PANICS_TOTAL, "Panics contained to one message or batch, by stage");
+    describe_gauge!(ASSIGNED_PARTITIONS, "Partitions of the model's topic this worker owns now");
+    describe_counter!(REVOKED_DROPPED_TOTAL, "Requests dropped before compute: their partition was revoked");
     fleet_ops::probe::describe();
 
     let model = model.to_owned();
@@ -108,16 +145,40 @@ pub fn register(model: &str) {
     }
     for reason in DLQ_REASONS {
         counter!(DLQ_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
+        counter!(DLQ_LOCAL_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
+    }
+    for target in ["redis", "dlq"] {
+        for class in crate::failure::FailureClass::ALL {
+            counter!(SINK_FAILURES_TOTAL, "model" => model.clone(), "target" => target, "class" => class.as_str())
+                .absolute(0);
+        }
+    }
+    for stage in crate::guard::Stage::ALL {
+        counter!(PANICS_TOTAL, "model" => model.clone(), "stage" => stage.as_str()).absolute(0);
     }
     for reason in crate::watcher::LOAD_FAILURE_REASONS {
         counter!(MODEL_LOAD_FAILURES_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
     }
-    for name in
-        [TTL_DROPPED_TOTAL, MODEL_ROWS_TOTAL, CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL, MODEL_SWAPS_TOTAL, OOM_SPLITS_TOTAL]
-    {
+    for name in [
+        TTL_DROPPED_TOTAL,
+        MODEL_ROWS_TOTAL,
+        CACHE_HITS_TOTAL,
+        CACHE_MISSES_TOTAL,
+        MODEL_SWAPS_TOTAL,
+        OOM_SPLITS_TOTAL,
+        REVOKED_DROPPED_TOTAL,
+    ] {
         counter!(name, "model" => model.clone()).absolute(0);
     }
-    for name in [QUEUE_DEPTH, CONSUMER_PAUSED, WORKER_READY, MODEL_VERSION, DRAIN_RATE] {
+    for name in [
+        QUEUE_DEPTH,
+        CONSUMER_PAUSED,
+        WORKER_READY,
+        MODEL_VERSION,
+        DRAIN_RATE,
+        SINK_STALLED_SECONDS,
+        ASSIGNED_PARTITIONS,
+    ] {
         gauge!(name, "model" => model.clone()).set(0.0);
     }
     gauge!(IMAGE_DECODE_BYTES_IN_USE).set(0.0);

@@ -6,6 +6,7 @@ use crate::batcher::BucketLimits;
 use crate::cache::{pixels_hash, tokens_hash};
 use crate::config::{ModelKind, Precision};
 use crate::engine::{EngineError, ImageEngine, TextEngine};
+use crate::guard;
 use crate::memory::MemoryGuard;
 use crate::repository::ModelVersion;
 use crate::split::{run_with_split, CallError, RowFailure, SplitRun};
@@ -56,6 +57,8 @@ pub struct Model {
     engine: Engine,
     guard: MemoryGuard,
     pub half: bool,
+    /// The model's name (the metrics' `model` label).
+    name: String,
 }
 
 /// What warming up found: the batches that had to be split to fit, as
@@ -75,12 +78,13 @@ impl Model {
         guard: MemoryGuard,
         sample: &ModelInput,
     ) -> Result<Self, EngineError> {
-        let fp32 = Self { engine: Engine::load(version, device)?, guard, half: false };
+        let name = version.name.to_string();
+        let fp32 = Self { engine: Engine::load(version, device)?, guard, half: false, name: name.clone() };
         let precision = version.config.device.precision;
         if !device.is_cuda() || precision == Precision::Fp32 {
             return Ok(fp32);
         }
-        let mut half = Self { engine: Engine::load(version, device)?, guard, half: true };
+        let mut half = Self { engine: Engine::load(version, device)?, guard, half: true, name };
         half.engine.use_half_precision();
         let rows = [sample, sample];
         let agreement = fp32.raw(&rows).and_then(|a| half.raw(&rows).map(|b| min_cosine(&a, &b)));
@@ -193,13 +197,16 @@ impl Model {
     }
 
     /// [`infer`](Self::infer), halving the batch while it does not fit in
-    /// device memory (`split::run_with_split`): one result per input.
+    /// device memory (`split::run_with_split`): one result per input. A
+    /// panic in a call is that call's failure (`guard`): its rows are
+    /// retried alone, and those that still fail are answered `model_failed`.
     pub fn infer_split(&self, inputs: &[&ModelInput]) -> SplitRun<Value> {
-        run_with_split(inputs, &mut |part| {
-            self.infer(part).map_err(|e| match e {
-                EngineError::OutOfMemory(message) => CallError::OutOfMemory(message),
-                other => CallError::Failed(other.to_string()),
-            })
+        let model = self.name.as_str();
+        run_with_split(inputs, &mut |part| match guard::contain(model, guard::Stage::Model, || self.infer(part)) {
+            Ok(Ok(outputs)) => Ok(outputs),
+            Ok(Err(EngineError::OutOfMemory(message))) => Err(CallError::OutOfMemory(message)),
+            Ok(Err(other)) => Err(CallError::Failed(other.to_string())),
+            Err(panic) => Err(CallError::Failed(format!("the model call panicked: {panic}"))),
         })
     }
 

@@ -17,6 +17,7 @@ use crate::drain::DrainMeter;
 use crate::engine::{choose_device, EngineError};
 use crate::flow::{FlowGate, FlowLimits, Transition};
 use crate::gpu::GpuMemory;
+use crate::guard::{self, Stage};
 use crate::health::{self, Health};
 use crate::in_flight_limit::{InFlightLimit, LimitSettings};
 use crate::lifecycle::{Refusals, ServingVersion};
@@ -25,17 +26,17 @@ use crate::metrics as m;
 use crate::model::ModelInput;
 use crate::repository::{self, ModelVersion};
 use crate::serve::{EngineCommand, EngineThread, Feedback};
-use crate::sink::{BacklogPublisher, DeadLetters, Finished, ResultSink};
-use crate::source::{Committer, Source};
+use crate::sink::{BacklogPublisher, DeadLetter, DeadLetters, Finished, LocalRecord, ResultSink, SinkItem, SinkStage};
+use crate::source::{Inbox, Ledger, Source};
 use crate::tokenize::{TextTokenizer, TokenizeError};
 use crate::watcher::{load_version, record_refusal, LoadContext, Refused, Warmed, Watcher};
 use anyhow::{bail, Context, Result};
 use fleet_image::InputGeometry;
 use fleet_ops::endpoints::{self, Checks};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{Answer, ErrorCode, ModelName, RequestId, Status, Timings};
+use fleet_proto::{Answer, ErrorCode, RequestId, Status, Timings};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -70,11 +71,6 @@ enum Preparation {
     Image { budget: DecodeBudget, slots: Arc<Semaphore>, geometry: InputGeometry },
 }
 
-pub(crate) enum SinkItem {
-    Answers(Vec<Finished>),
-    DeadLetter { inbound: Box<Inbound>, reason: &'static str, detail: String },
-}
-
 /// How many tokenized requests may wait for the batcher, beyond what it holds.
 const JOB_QUEUE: usize = 256;
 /// Batches formed ahead of the engine: one runs while the next is formed.
@@ -89,8 +85,9 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     // Once, before any libtorch work: batches run one at a time on the
     // engine thread, each parallel inside (intra-op threads).
     tch::set_num_interop_threads(1);
-    let health = Arc::new(Health::default());
-    serve_endpoints(&args, health.clone()).await?;
+    let health = Arc::new(Health::new(args.stall_timeout.as_millis() as u64));
+    let local_record = Arc::new(LocalRecord::default());
+    serve_endpoints(&args, health.clone(), local_record.clone()).await?;
     let mut kafka = args.kafka_config()?;
     // Wrong credentials or an untrusted certificate end the worker here,
     // with the reason, before the model loads (not as endless retries).
@@ -119,7 +116,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         .await
         .with_context(|| format!("connecting to Redis at {}", args.redis.redacted_url()))?;
     let cache = FeatureCache::connect(redis.clone(), args.model.clone()).await?;
-    let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic())?;
+    let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic(), args.model.topic())?;
 
     let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
     let (command_tx, command_rx) = mpsc::channel::<EngineCommand>(BATCH_QUEUE);
@@ -156,13 +153,15 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     let (stop_watching, watching_stopped) = oneshot::channel::<()>();
     let watching = tokio::spawn(watcher.run(watching_stopped));
 
-    let source = Arc::new(Source::subscribe(
+    let ledger = Arc::new(Ledger::new(args.model.as_str(), health.clone()));
+    let (source, mut inbox) = Source::subscribe(
         kafka,
-        args.model.as_str(),
+        ledger.clone(),
         &args.model.consumer_group(),
         &args.model.topic(),
         args.prefetch_kbytes,
-    )?);
+    )?;
+    let source = Arc::new(source);
     let committer = source.committer();
     let backlog = BacklogPublisher::connect(redis, &args.model, args.worker_id()).await?;
     let (stop_reporting, reporting_stopped) = oneshot::channel::<()>();
@@ -173,6 +172,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         answered: answered.clone(),
         busy_us: busy_us.clone(),
         drain_gauge: metrics::gauge!(m::DRAIN_RATE, "model" => args.model.to_string()),
+        stalled_gauge: metrics::gauge!(m::SINK_STALLED_SECONDS, "model" => args.model.to_string()),
         source: source.clone(),
         publisher: backlog,
         health: health.clone(),
@@ -180,8 +180,19 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         ready_gauge,
     };
     let reporter = tokio::spawn(report_status(status, reporting_stopped));
-    let outlets = SinkOutlets { results, dead_letters, committer: committer.clone(), answered };
-    let sink = tokio::spawn(run_sink(args.model.clone(), sink_rx, outlets));
+    // Set once the drain starts: a stage ending after it is not a failure.
+    let stopping = Arc::new(AtomicBool::new(false));
+    let sink = SinkStage {
+        model: args.model.clone(),
+        items: sink_rx,
+        results,
+        dead_letters,
+        local: local_record,
+        committer: committer.clone(),
+        answered,
+        health: health.clone(),
+    };
+    let sink = tokio::spawn(watched("sink", health.clone(), stopping.clone(), sink.run()));
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
     let in_flight_now = Arc::new(AtomicUsize::new(args.max_in_flight.max(1)));
     let in_flight = (!args.in_flight_target_wait.is_zero()).then(|| {
@@ -200,23 +211,34 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
         sink: sink_tx.clone(),
         in_flight,
         in_flight_now: in_flight_now.clone(),
+        ledger: ledger.clone(),
     };
-    let batcher = tokio::spawn(run_batcher(stages, ctx.limits.clone(), policy.clone()));
-    let cached = tokio::spawn(run_cache(batch_rx, command_tx, sink_tx.clone(), cache, policy.clone()));
+    let batcher = tokio::spawn(watched(
+        "batcher",
+        health.clone(),
+        stopping.clone(),
+        run_batcher(stages, ctx.limits.clone(), policy.clone()),
+    ));
+    let cache_stage = run_cache(batch_rx, command_tx, sink_tx.clone(), cache, policy.clone(), ledger.clone());
+    let cached = tokio::spawn(watched("cache", health.clone(), stopping.clone(), cache_stage));
 
     let flow = FlowLimits {
         max_messages: args.max_in_flight.max(1),
         max_bytes: args.max_in_flight_bytes.max(1),
         low_water_percent: usize::from(args.low_water_percent),
     };
-    let gates = Gates { flow, in_flight_now };
-    consume(&source, gates, &policy, &preparation, &job_tx, &sink_tx, shutdown).await;
+    let gates = Gates { flow, in_flight_now, health: health.clone() };
+    let outlets = Outlets { jobs: &job_tx, sink: &sink_tx };
+    let ended = consume(&mut inbox, gates, &policy, &preparation, outlets, shutdown).await;
+    stopping.store(true, Ordering::Relaxed);
     tracing::info!(in_flight = source.in_flight(), timeout = ?args.drain_timeout, "draining");
     // The watcher holds a sender of the engine's queue: stop it first, or
-    // the queue never closes and the engine never finishes.
+    // the queue never closes and the engine never finishes. Aborted, not
+    // awaited: it may be waiting to hand a swap to a stuck engine.
     let _ = stop_watching.send(());
+    watching.abort();
     let _ = watching.await;
-    drop((job_tx, sink_tx));
+    drop((job_tx, sink_tx, inbox));
     let drain = async {
         batcher.await.context("batcher task")?;
         cached.await.context("cache task")?;
@@ -228,16 +250,45 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()>) -> Result
     };
     let drained = tokio::time::timeout(args.drain_timeout, drain).await;
     let _ = stop_reporting.send(());
-    let _ = reporter.await;
+    let _ = tokio::time::timeout(Duration::from_secs(3), reporter).await;
     match drained {
         Ok(result) => result?,
         // What is not answered yet keeps its offset uncommitted: the next
         // owner of the partition reads it again.
         Err(_) => tracing::warn!(left = source.in_flight(), "drain timed out; unanswered messages will be redelivered"),
     }
-    committer.commit_now().context("final offset commit")?;
+    // Bounded: a broker that does not answer must not keep a stopping pod.
+    let commit = tokio::task::spawn_blocking(move || committer.commit_now());
+    match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {
+        Ok(Ok(result)) => result.context("final offset commit")?,
+        Ok(Err(e)) => tracing::warn!(error = %e, "final offset commit panicked"),
+        Err(_) => tracing::warn!("final offset commit timed out; the last auto-commit stands"),
+    }
+    if let Ok(mut source) = Arc::try_unwrap(source) {
+        source.close();
+    }
+    if ended == Ended::PipelineClosed {
+        bail!("a stage of the pipeline stopped; see the log above");
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How long the final commit may take at shutdown.
+const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs a stage task; if it ends (or panics) before the drain began, the
+/// worker is broken beyond one message: liveness fails, naming the stage.
+async fn watched(stage: &'static str, health: Arc<Health>, stopping: Arc<AtomicBool>, task: impl Future<Output = ()>) {
+    use futures::FutureExt;
+    let outcome = std::panic::AssertUnwindSafe(task).catch_unwind().await;
+    if let Err(panic) = &outcome {
+        tracing::error!(stage, panic = guard::panic_message(panic.as_ref()), "a stage panicked");
+    }
+    if outcome.is_err() || !stopping.load(Ordering::Relaxed) {
+        tracing::error!(stage, "a stage stopped while the worker runs");
+        health.set_stage_stopped(stage);
+    }
 }
 
 /// The version the worker starts with, loaded and warm, and what was made
@@ -326,13 +377,14 @@ const WARM_UP_TEXT: &str = "A fleet of workers reads requests from Kafka, batche
 
 /// `/metrics`, `/healthz` and `/ready`, up before the model loads: a probe
 /// during warm-up gets "not ready" rather than a refused connection.
-async fn serve_endpoints(args: &WorkerArgs, health: Arc<Health>) -> Result<()> {
+async fn serve_endpoints(args: &WorkerArgs, health: Arc<Health>, local: Arc<LocalRecord>) -> Result<()> {
     let recorder = m::install().context("installing the metrics recorder")?;
     m::register(args.model.as_str());
     let (live, ready) = (health.clone(), health);
     let checks = Checks {
-        live: Arc::new(move || health::liveness(live.facts())),
-        ready: Arc::new(move || health::readiness(ready.facts(), now_ms())),
+        live: Arc::new(move || health::liveness(&live.facts(), now_ms())),
+        ready: Arc::new(move || health::readiness(&ready.facts(), now_ms())),
+        pages: vec![("/dead-letters", Arc::new(move || local.to_json()))],
     };
     let bound = endpoints::serve(args.metrics_addr, recorder, checks)
         .await
@@ -355,6 +407,7 @@ struct StatusReport {
     answered: Arc<AtomicU64>,
     busy_us: Arc<AtomicU64>,
     drain_gauge: metrics::Gauge,
+    stalled_gauge: metrics::Gauge,
     source: Arc<Source>,
     publisher: BacklogPublisher,
     health: Arc<Health>,
@@ -366,7 +419,8 @@ struct StatusReport {
 /// which doubles as the broker and Redis health check; every few seconds
 /// the group's lag and the GPU's memory into the metrics.
 async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
-    let StatusReport { answered, busy_us, source, mut publisher, health, gpu, ready_gauge, drain_gauge } = report;
+    let StatusReport { answered, busy_us, source, mut publisher, health, gpu, ready_gauge, drain_gauge, stalled_gauge } =
+        report;
     let mut drain = DrainMeter::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -417,115 +471,196 @@ async fn report_status(report: StatusReport, mut stop: oneshot::Receiver<()>) {
                 tracing::debug!(error = %e, "GPU memory not read");
             }
         }
-        ready_gauge.set(if health::readiness(health.facts(), now_ms()).is_ok() { 1.0 } else { 0.0 });
+        let facts = health.facts();
+        stalled_gauge.set(health::stalled_ms(&facts, now_ms()) as f64 / 1000.0);
+        ready_gauge.set(if health::readiness(&facts, now_ms()).is_ok() { 1.0 } else { 0.0 });
     }
     ready_gauge.set(0.0);
-    let _ = publisher.withdraw().await;
+    // Bounded: Redis may be what is away.
+    let _ = tokio::time::timeout(Duration::from_secs(2), publisher.withdraw()).await;
 }
 
-/// The consumer's bounds: the flow limits, and the in-flight limit as the
-/// batcher's AIMD has set it.
+/// The consumer's bounds: the flow limits, the in-flight limit as the
+/// batcher's AIMD has set it, and the sink's health (a write failure no
+/// retry can cure stops the reading).
 struct Gates {
     flow: FlowLimits,
     in_flight_now: Arc<AtomicUsize>,
+    health: Arc<Health>,
+}
+
+/// Where a prepared message goes.
+#[derive(Clone, Copy)]
+struct Outlets<'a> {
+    jobs: &'a mpsc::Sender<Job>,
+    sink: &'a mpsc::Sender<SinkItem>,
+}
+
+/// How often an idle consumer loop looks at its gates again.
+const GATE_RECHECK: Duration = Duration::from_millis(250);
+
+/// Why the consumer loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Shutdown,
+    /// A stage after it is gone: the worker cannot go on.
+    PipelineClosed,
 }
 
 async fn consume(
-    source: &Source,
+    inbox: &mut Inbox,
     gates: Gates,
     policy: &AdmissionPolicy,
     preparation: &Preparation,
-    jobs: &mpsc::Sender<Job>,
-    sink: &mpsc::Sender<SinkItem>,
+    outlets: Outlets<'_>,
     shutdown: impl Future<Output = ()>,
-) {
+) -> Ended {
     tokio::pin!(shutdown);
     let mut gate = FlowGate::new(gates.flow);
     let paused_gauge = metrics::gauge!(m::CONSUMER_PAUSED, "model" => policy.model.to_string());
+    let mut blocked = false;
     loop {
         gate.set_max_messages(gates.in_flight_now.load(Ordering::Relaxed));
-        let (messages, bytes) = source.held();
+        let (messages, bytes) = inbox.held();
         match gate.update(messages, bytes) {
-            Some(Transition::Pause) => {
-                tracing::info!(messages, bytes, "in-flight limit reached; reading stops");
-                paused_gauge.set(1.0);
-            }
-            Some(Transition::Resume) => {
-                tracing::info!(messages, bytes, "below the low-water mark; reading again");
-                paused_gauge.set(0.0);
-            }
+            Some(Transition::Pause) => tracing::info!(messages, bytes, "in-flight limit reached; reading stops"),
+            Some(Transition::Resume) => tracing::info!(messages, bytes, "below the low-water mark; reading again"),
             None => {}
         }
-        if gate.is_paused() {
-            // Not `consumer.pause()`: a pause drops librdkafka's prefetch and
-            // the resume refetches each partition's backlog in one chunk, and
-            // a broker that answers partition by partition then hands one
-            // partition's backlog over first at every resume while the
-            // others' requests expire (docs/operations.md §2). Not reading
-            // lets the capped prefetch fill and stop fetching instead, with
-            // the partitions interleaved as messages arrived.
+        if gates.health.sink_blocked() != blocked {
+            blocked = !blocked;
+            if blocked {
+                tracing::error!("a write no retry cures is failing; reading stops until it works (see /ready)");
+            } else {
+                tracing::info!("writes work again; reading again");
+            }
+        }
+        let paused = gate.is_paused() || blocked;
+        paused_gauge.set(if paused { 1.0 } else { 0.0 });
+        if paused {
+            // Not `consumer.pause()`: not reading lets each partition's
+            // capped prefetch fill and stop fetching, and resuming needs no
+            // refetch (docs/operations.md §2). The group protocol is served
+            // by the source's own task meanwhile.
             tokio::select! {
-                _ = &mut shutdown => return,
+                _ = &mut shutdown => return Ended::Shutdown,
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             }
             continue;
         }
-        let mut inbound = tokio::select! {
-            _ = &mut shutdown => return,
-            received = source.recv() => match received {
-                Ok(inbound) => inbound,
-                Err(e) => {
-                    tracing::warn!(error = %e, "kafka receive failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
+        let inbound = tokio::select! {
+            _ = &mut shutdown => return Ended::Shutdown,
+            received = inbox.recv() => match received {
+                Some(inbound) => inbound,
+                None => return Ended::PipelineClosed,
             },
+            // Looks at the gates again now and then while nothing arrives
+            // (`recv` is cancel-safe: nothing is lost).
+            _ = tokio::time::sleep(GATE_RECHECK) => continue,
         };
-        let position = inbound.position.clone();
-        let sent = match policy.admit(&inbound, now_ms()) {
-            Admission::Text(request) => match preparation {
-                Preparation::Text(tokenizer) => {
-                    let (id, created_ms) = (request.envelope.id.clone(), request.envelope.created_ms);
-                    match tokenizer.tokenize(&request.text) {
-                        Ok(tokens) => {
-                            let input = ModelInput::Tokens { ids: tokens.ids, truncated: tokens.truncated };
-                            jobs.send(Job::new(position, id, input, created_ms, request.deadline_ms)).await.is_ok()
-                        }
-                        Err(e) => {
-                            let code = match e {
-                                TokenizeError::TooLong { .. } => ErrorCode::TextTooLong,
-                                _ => ErrorCode::DecodeFailed,
-                            };
-                            let answer = refusal(policy, code, e.to_string(), created_ms);
-                            sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }]))
-                                .await
-                                .is_ok()
-                        }
-                    }
-                }
-                Preparation::Image { .. } => unreachable!("admission gives text requests to text models only"),
-            },
-            Admission::Image(request) => match preparation {
-                Preparation::Image { budget, slots, geometry } => {
-                    let bytes = inbound.payload.take().unwrap_or_default();
-                    let decode = ImageDecode { request, bytes, position, geometry: *geometry };
-                    decode.start(budget, slots, policy, jobs, sink).await
-                }
-                Preparation::Text(_) => unreachable!("admission gives image requests to image models only"),
-            },
-            Admission::Answer { id, answer } => {
-                if answer.status == Status::Expired {
-                    metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string()).increment(1);
-                }
-                sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }])).await.is_ok()
-            }
-            Admission::DeadLetter { reason, detail } => {
-                sink.send(SinkItem::DeadLetter { inbound: Box::new(inbound), reason, detail }).await.is_ok()
-            }
-        };
-        if !sent {
+        let span =
+            tracing::debug_span!("message", partition = inbound.position.partition, offset = inbound.position.offset);
+        let prepared = span.in_scope(|| prepare_contained(policy, preparation, inbound, now_ms()));
+        if !hand_on(prepared, policy, preparation, outlets).await {
             tracing::error!("pipeline closed under the consumer; stopping");
-            return;
+            return Ended::PipelineClosed;
+        }
+    }
+}
+
+/// One message, prepared: where it goes next.
+enum Prepared {
+    Job(Job),
+    Answer(Finished),
+    DeadLetter(DeadLetter),
+    Image(ImageDecode),
+}
+
+/// Admits and prepares one message; a panic anywhere in it becomes that
+/// message's `internal_error` answer, or a dead letter when it has no
+/// readable id. The message is borrowed by the work and owned here, so it
+/// is still whole when the work panics.
+fn prepare_contained(policy: &AdmissionPolicy, preparation: &Preparation, mut inbound: Inbound, now: u64) -> Prepared {
+    let model = policy.model.as_str();
+    match guard::contain(model, Stage::Prepare, || prepare_message(policy, preparation, &mut inbound, now)) {
+        Ok(prepared) => prepared,
+        Err(panic) => {
+            let detail = format!("preparing the request failed: {panic}");
+            let id = guard::contain(model, Stage::Prepare, || {
+                let ce_id = inbound.header_pairs().find(|(n, _)| n.eq_ignore_ascii_case(fleet_proto::headers::ID));
+                fleet_proto::envelope::readable_id(inbound.key.as_deref(), ce_id.and_then(|(_, v)| v))
+            });
+            match id {
+                Ok(Some(id)) => {
+                    let answer = refusal(policy, ErrorCode::InternalError, detail, now);
+                    Prepared::Answer(Finished { position: inbound.position, id, answer, feature: None })
+                }
+                _ => Prepared::DeadLetter(DeadLetter::of_message(inbound, PREPARE_PANICKED, detail)),
+            }
+        }
+    }
+}
+
+/// The dead-letter reason of a message whose preparation panicked and that
+/// has no readable id.
+pub const PREPARE_PANICKED: &str = "prepare_panicked";
+
+fn prepare_message(policy: &AdmissionPolicy, preparation: &Preparation, inbound: &mut Inbound, now: u64) -> Prepared {
+    let position = inbound.position.clone();
+    match policy.admit(inbound, now) {
+        Admission::Text(request) => {
+            let Preparation::Text(tokenizer) = preparation else {
+                unreachable!("admission gives text requests to text models only")
+            };
+            let (id, created_ms) = (request.envelope.id.clone(), request.envelope.created_ms);
+            match tokenizer.tokenize(&request.text) {
+                Ok(tokens) => {
+                    let input = ModelInput::Tokens { ids: tokens.ids, truncated: tokens.truncated };
+                    Prepared::Job(Job::new(position, id, input, created_ms, request.deadline_ms))
+                }
+                Err(e) => {
+                    let code = match e {
+                        TokenizeError::TooLong { .. } => ErrorCode::TextTooLong,
+                        _ => ErrorCode::DecodeFailed,
+                    };
+                    let answer = refusal(policy, code, e.to_string(), created_ms);
+                    Prepared::Answer(Finished { position, id, answer, feature: None })
+                }
+            }
+        }
+        Admission::Image(request) => {
+            let Preparation::Image { geometry, .. } = preparation else {
+                unreachable!("admission gives image requests to image models only")
+            };
+            let bytes = inbound.payload.take().unwrap_or_default();
+            Prepared::Image(ImageDecode { request, bytes, position, geometry: *geometry })
+        }
+        Admission::Answer { id, answer } => {
+            if answer.status == Status::Expired {
+                metrics::counter!(m::TTL_DROPPED_TOTAL, "model" => policy.model.to_string()).increment(1);
+            }
+            Prepared::Answer(Finished { position, id, answer, feature: None })
+        }
+        Admission::DeadLetter { reason, detail } => {
+            Prepared::DeadLetter(DeadLetter::of_message(std::mem::replace(inbound, empty(position)), reason, detail))
+        }
+    }
+}
+
+/// What is left of a message once it was moved into a dead letter.
+fn empty(position: Position) -> Inbound {
+    Inbound { position, key: None, headers: Vec::new(), payload: None }
+}
+
+/// Sends a prepared message on; false when the pipeline is closed.
+async fn hand_on(prepared: Prepared, policy: &AdmissionPolicy, preparation: &Preparation, out: Outlets<'_>) -> bool {
+    match prepared {
+        Prepared::Job(job) => out.jobs.send(job).await.is_ok(),
+        Prepared::Answer(finished) => out.sink.send(SinkItem::Answers(vec![finished])).await.is_ok(),
+        Prepared::DeadLetter(letter) => out.sink.send(SinkItem::DeadLetter(Box::new(letter))).await.is_ok(),
+        Prepared::Image(decode) => {
+            let Preparation::Image { budget, slots, .. } = preparation else { return true };
+            decode.start(budget, slots, policy, out.jobs, out.sink).await
         }
     }
 }
@@ -584,7 +719,12 @@ impl ImageDecode {
                     return;
                 }
                 Ok(Err(e)) => refusal(&policy, image_error_code(&e), e.to_string(), created_ms),
-                Err(e) => refusal(&policy, ErrorCode::DecodeFailed, format!("the decoder failed: {e}"), created_ms),
+                Err(e) => {
+                    let panic =
+                        if e.is_panic() { guard::panic_message(e.into_panic().as_ref()) } else { e.to_string() };
+                    guard::record(policy.model.as_str(), Stage::Decode, &panic);
+                    refusal(&policy, ErrorCode::DecodeFailed, format!("the decoder failed: {panic}"), created_ms)
+                }
             };
             let _ = sink.send(SinkItem::Answers(vec![Finished { position, id, answer, feature: None }])).await;
         });
@@ -611,6 +751,9 @@ struct BatcherStages {
     /// where the consumer reads its current value.
     in_flight: Option<InFlightLimit>,
     in_flight_now: Arc<AtomicUsize>,
+    /// Which partitions this worker owns: work of revoked ones is dropped
+    /// before compute (their next owner reads it again).
+    ledger: Arc<Ledger>,
 }
 
 /// Owns the batcher: the only task that touches it, so it needs no lock.
@@ -625,10 +768,17 @@ struct BatcherStages {
 async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: AdmissionPolicy) {
     let mut batcher: BucketBatcher<Job> = BucketBatcher::new(limits);
     let mut open = true;
+    let mut revocations_seen = stages.ledger.revocations();
     while open || !batcher.is_empty() {
         // Feedback is drained here: the limit it moves lives in this task.
         apply_feedback(&mut stages, &mut batcher, &policy);
-        open &= take_waiting_jobs(&mut stages.jobs, &mut batcher);
+        open &= take_waiting_jobs(&mut stages.jobs, &mut batcher, &stages.ledger, &policy);
+        let revocations = stages.ledger.revocations();
+        if revocations != revocations_seen {
+            revocations_seen = revocations;
+            let dropped = batcher.retain(|job| stages.ledger.is_current(&job.position));
+            count_revoked(&policy, dropped);
+        }
         let now = now_ms();
         if !answer_expired(batcher.expire(now), &stages.sink, &policy, now).await {
             return;
@@ -643,7 +793,7 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
             permit = stages.batches.reserve(), if ready => {
                 let Ok(permit) = permit else { return };
                 // Jobs that arrived while the engine was busy join this batch.
-                open &= take_waiting_jobs(&mut stages.jobs, &mut batcher);
+                open &= take_waiting_jobs(&mut stages.jobs, &mut batcher, &stages.ledger, &policy);
                 let now = now_ms();
                 let polled = if open { batcher.poll(now) } else { batcher.flush(now) };
                 if !answer_expired(polled.expired, &stages.sink, &policy, now).await {
@@ -654,7 +804,7 @@ async fn run_batcher(mut stages: BatcherStages, limits: BucketLimits, policy: Ad
                 }
             }
             job = stages.jobs.recv(), if open => match job {
-                Some(job) => push_job(&mut batcher, job),
+                Some(job) => push_job(&mut batcher, job, &stages.ledger, &policy),
                 None => open = false,
             },
             _ = sleep_or_forever(wait) => {}
@@ -680,19 +830,36 @@ fn apply_feedback(stages: &mut BatcherStages, batcher: &mut BucketBatcher<Job>, 
 
 /// Moves every job already queued into the batcher; false once the queue
 /// is closed and empty.
-fn take_waiting_jobs(jobs: &mut mpsc::Receiver<Job>, batcher: &mut BucketBatcher<Job>) -> bool {
+fn take_waiting_jobs(
+    jobs: &mut mpsc::Receiver<Job>,
+    batcher: &mut BucketBatcher<Job>,
+    ledger: &Ledger,
+    policy: &AdmissionPolicy,
+) -> bool {
     loop {
         match jobs.try_recv() {
-            Ok(job) => push_job(batcher, job),
+            Ok(job) => push_job(batcher, job, ledger, policy),
             Err(mpsc::error::TryRecvError::Empty) => return true,
             Err(mpsc::error::TryRecvError::Disconnected) => return false,
         }
     }
 }
 
-fn push_job(batcher: &mut BucketBatcher<Job>, job: Job) {
+/// Holds `job` for a batch, unless its partition was revoked since it was read.
+fn push_job(batcher: &mut BucketBatcher<Job>, job: Job, ledger: &Ledger, policy: &AdmissionPolicy) {
+    if !ledger.is_current(&job.position) {
+        count_revoked(policy, 1);
+        return;
+    }
     let (len, deadline) = (job.input.len(), job.deadline_ms);
     batcher.push(job, len, deadline, now_ms());
+}
+
+fn count_revoked(policy: &AdmissionPolicy, dropped: usize) {
+    if dropped > 0 {
+        tracing::debug!(dropped, "dropped work of revoked partitions before compute");
+        metrics::counter!(m::REVOKED_DROPPED_TOTAL, "model" => policy.model.to_string()).increment(dropped as u64);
+    }
 }
 
 /// Sends `expired` answers for requests the batcher gave up on; false when
@@ -722,9 +889,16 @@ async fn run_cache(
     sink: mpsc::Sender<SinkItem>,
     mut cache: FeatureCache,
     policy: AdmissionPolicy,
+    ledger: Arc<Ledger>,
 ) {
     let model = policy.model.to_string();
-    while let Some(batch) = batches.recv().await {
+    while let Some(mut batch) = batches.recv().await {
+        // The last look before compute: a rebalance may have come since the
+        // batch was formed.
+        count_revoked(&policy, batch.retain(|job| ledger.is_current(&job.position)));
+        if batch.items.is_empty() {
+            continue;
+        }
         let hashes: Vec<&str> = batch.items.iter().map(|j| j.input_hash.as_str()).collect();
         // Hits are answered with the version whose keys they came from.
         let version = policy.version.get();
@@ -761,72 +935,5 @@ async fn sleep_or_forever(wait: Option<Duration>) {
     match wait {
         Some(wait) => tokio::time::sleep(wait).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Where the sink's items go, and its count of answers written.
-struct SinkOutlets {
-    results: ResultSink,
-    dead_letters: DeadLetters,
-    committer: Committer,
-    answered: Arc<AtomicU64>,
-}
-
-async fn run_sink(model: ModelName, mut items: mpsc::Receiver<SinkItem>, outlets: SinkOutlets) {
-    let SinkOutlets { mut results, dead_letters, committer, answered } = outlets;
-    while let Some(item) = items.recv().await {
-        match item {
-            SinkItem::Answers(finished) => {
-                let mut backoff = Backoff::new();
-                while let Err(e) = results.write(&finished).await {
-                    backoff.wait("redis write", &e).await;
-                }
-                for f in &finished {
-                    let model = f.answer.model.clone();
-                    metrics::counter!(m::REQUESTS_TOTAL, "model" => model.clone(), "status" => f.answer.status.as_str()).increment(1);
-                    metrics::histogram!(m::E2E_SECONDS, "model" => model).record(f.answer.timings_ms.total / 1000.0);
-                    tracing::debug!(id = %f.id, status = f.answer.status.as_str(), "answered");
-                    committer.done(&f.position);
-                }
-                answered.fetch_add(finished.len() as u64, Ordering::Relaxed);
-            }
-            SinkItem::DeadLetter { inbound, reason, detail } => {
-                let mut backoff = Backoff::new();
-                while let Err(e) = dead_letters.send(&inbound, reason, &detail).await {
-                    backoff.wait("dead-letter send", &e).await;
-                }
-                metrics::counter!(m::DLQ_TOTAL, "model" => model.to_string(), "reason" => reason).increment(1);
-                tracing::warn!(
-                    reason,
-                    detail,
-                    partition = inbound.position.partition,
-                    offset = inbound.position.offset,
-                    "dead-lettered"
-                );
-                committer.done(&inbound.position);
-            }
-        }
-    }
-}
-
-/// Capped exponential backoff for retrying a write. The item is held
-/// meanwhile; the bounded channels behind it stop the consumer, so nothing
-/// piles up while Redis or the broker is away.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(50);
-    const CAP: Duration = Duration::from_secs(5);
-
-    fn new() -> Self {
-        Self { next: Self::FIRST }
-    }
-
-    async fn wait(&mut self, what: &str, error: &(dyn std::fmt::Display + Sync)) {
-        tracing::warn!(error = %error, retry_in = ?self.next, "{what} failed");
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(Self::CAP);
     }
 }

@@ -49,6 +49,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
     let model = ModelName::parse("minilm").unwrap();
     broker.create_topics(&model, 2).await;
     let mut worker = Worker::start("minilm", &broker, &redis, &[]);
+    worker.wait_until_serving(2).await;
 
     let expected: Vec<(&str, Status, Option<ErrorCode>)> = vec![
         ("bad-no-time", Status::Error, Some(ErrorCode::BadRequest)),

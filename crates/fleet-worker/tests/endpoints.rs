@@ -43,17 +43,6 @@ fn exported_names(scrape: &str) -> BTreeSet<String> {
         .collect()
 }
 
-async fn wait_for_status(worker: &Worker, path: &str, want: u16, timeout: Duration) -> (u16, String) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = worker.get(path).await.unwrap_or((0, String::new()));
-        if got.0 == want || Instant::now() > deadline {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// The metric names deploy/ queries (dashboard panels and alert rules), as
 /// `deploy/tests/dashboard_metrics.py` extracts them from the PromQL.
 fn names_deploy_queries() -> BTreeSet<String> {
@@ -81,9 +70,9 @@ async fn a_worker_serves_health_readiness_and_every_contract_metric() {
     broker.create_topics(&model, 8).await;
     let worker = Worker::start("minilm", &broker, &redis, &[]);
 
-    let (status, body) = wait_for_status(&worker, "/healthz", 200, Duration::from_secs(60)).await;
+    let (status, body) = worker.wait_for_status("/healthz", 200, Duration::from_secs(60)).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = wait_for_status(&worker, "/ready", 200, Duration::from_secs(60)).await;
+    let (status, body) = worker.wait_for_status("/ready", 200, Duration::from_secs(60)).await;
     assert_eq!(status, 200, "not ready: {body}");
 
     let ids = send_texts(&broker, &model, "ep", &sentences()[..40], None).await;
@@ -128,12 +117,12 @@ async fn a_worker_serves_health_readiness_and_every_contract_metric() {
     // Redis stops answering: the worker says it is not ready, and why; it
     // comes back by itself.
     redis.freeze();
-    let (status, body) = wait_for_status(&worker, "/ready", 503, Duration::from_secs(30)).await;
+    let (status, body) = worker.wait_for_status("/ready", 503, Duration::from_secs(30)).await;
     redis.thaw();
     assert_eq!(status, 503, "still ready with Redis frozen");
     assert!(body.contains("redis"), "{body}");
-    let (status, _) = wait_for_status(&worker, "/healthz", 200, Duration::from_secs(5)).await;
+    let (status, _) = worker.wait_for_status("/healthz", 200, Duration::from_secs(5)).await;
     assert_eq!(status, 200, "a Redis outage is no reason to restart the worker");
-    let (status, body) = wait_for_status(&worker, "/ready", 200, Duration::from_secs(30)).await;
+    let (status, body) = worker.wait_for_status("/ready", 200, Duration::from_secs(30)).await;
     assert_eq!(status, 200, "not ready again after Redis returned: {body}");
 }

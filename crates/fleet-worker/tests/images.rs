@@ -72,6 +72,7 @@ async fn photos_are_classified_and_bad_images_answered_with_their_code() {
     let model = ModelName::parse("efficientnet_lite0").unwrap();
     broker.create_topics(&model, 2).await;
     let mut worker = Worker::start("efficientnet_lite0", &broker, &redis, &[]);
+    worker.wait_until_serving(2).await;
     let producer = FleetProducer::new(&broker.kafka(), "images-test").unwrap();
 
     let eight_k = jpeg(7680, 4320, 11);
@@ -139,6 +140,7 @@ async fn an_image_near_the_size_limit_travels_and_one_over_it_is_refused_by_the_
     let model = ModelName::parse("efficientnet_lite0").unwrap();
     broker.create_topics(&model, 1).await;
     let mut worker = Worker::start("efficientnet_lite0", &broker, &redis, &[]);
+    worker.wait_until_serving(1).await;
     let producer = FleetProducer::new(&broker.kafka(), "images-test").unwrap();
 
     // Noise does not compress: a 2600×2500 PNG of it is ~19.5 MB, under the 20 MB limit.
@@ -183,6 +185,9 @@ async fn vision_and_text_answer_one_request_in_parallel() {
         Worker::start("efficientnet_lite0", &broker, &redis, &["--intra-op-threads", "1"]),
         Worker::start("minilm", &broker, &redis, &["--intra-op-threads", "1"]),
     ];
+    for worker in &workers {
+        worker.wait_until_serving(1).await;
+    }
     let producer = FleetProducer::new(&broker.kafka(), "multimodal-test").unwrap();
     let ids: Vec<RequestId> = (0..4).map(|i| RequestId::parse(&format!("mm-{i}")).unwrap()).collect();
     for id in &ids {

@@ -39,7 +39,11 @@ fn same_length_texts(n: usize, salt: &str) -> Vec<String> {
         "dog", "cat", "car", "sun", "sea", "tree", "house", "bird", "fish", "book", "door", "road", "city", "king",
         "girl", "boy", "water", "fire", "stone", "river",
     ];
-    (0..n).map(|i| format!("the {salt} fox jumps over the {} {}", WORDS[i % 20], WORDS[(i / 20) % 20])).collect()
+    (0..n)
+        .map(|i| {
+            format!("the {salt} fox jumps over the {} {} {}", WORDS[i % 20], WORDS[(i / 20) % 20], WORDS[i / 400 % 20])
+        })
+        .collect()
 }
 
 /// Sends `texts` one every `gap`; returns the ids in send order.
@@ -117,20 +121,35 @@ async fn versions_swap_under_load_a_broken_one_is_refused_and_a_pin_rolls_back()
     let extra = ["--model-repo", repo.to_str().unwrap(), "--model-poll-interval", "300ms", "--intra-op-threads", "1"];
     let Fleet { _broker, redis, worker, producer } = start_fleet(&extra).await;
 
-    // A steady stream; version 2 appears a second in. The stream goes on
-    // long enough for version 2 to load and warm up beside version 1.
-    let texts = same_length_texts(240, "quick");
-    let stream = send_paced(&producer, "swap", &texts, Duration::from_millis(50));
-    let add_v2 = async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        link_version(&repo, 2);
-    };
-    let (ids, ()) = tokio::join!(stream, add_v2);
-    let swapped = answers(&redis, &ids).await;
+    // Version 1 serves first: its partition is assigned and it has answered
+    // before version 2 exists (waited for, not timed).
+    let before = send_paced(&producer, "before", &same_length_texts(20, "quick"), Duration::ZERO).await;
+    assert!(answers(&redis, &before).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 1)));
+
+    // A steady stream while version 2 loads and warms up beside version 1;
+    // it goes on until version 2 serves, and a little after.
+    link_version(&repo, 2);
+    let texts = same_length_texts(4000, "steady");
+    let mut stream = Vec::new();
+    let mut swapped_at = None;
+    for chunk in texts.chunks(10) {
+        let offset = stream.len();
+        let named: Vec<String> = chunk.to_vec();
+        let ids = send_paced(&producer, &format!("swap{offset}"), &named, Duration::from_millis(50)).await;
+        stream.extend(ids);
+        let serving = metric_value(&worker.scrape().await, "fleet_model_version", &[("model", "minilm")]);
+        if serving == 2.0 && swapped_at.is_none() {
+            swapped_at = Some(stream.len());
+        }
+        if swapped_at.is_some_and(|at| stream.len() >= at + 20) {
+            break;
+        }
+    }
+    assert!(swapped_at.is_some(), "version 2 was not swapped in while {} requests were served", stream.len());
+    let swapped = answers(&redis, &stream).await;
     assert!(swapped.iter().all(|a| a.status == Status::Ok), "every request answered ok during the swap");
     let versions: Vec<u64> = swapped.iter().map(|a| a.version).collect();
     let switch = versions.iter().position(|&v| v == 2).expect("version 2 never answered");
-    assert!(switch > 0, "version 1 answered first");
     assert!(
         versions[..switch].iter().all(|&v| v == 1) && versions[switch..].iter().all(|&v| v == 2),
         "answers switch version at one point: {versions:?}"

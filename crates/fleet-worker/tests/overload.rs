@@ -80,6 +80,7 @@ async fn deadlines_already_past_are_never_computed() {
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 2).await;
     let worker = Worker::start("minilm", &broker, &redis, &[]);
+    worker.wait_until_serving(2).await;
     let late = send_texts(&broker, &model, "late", &texts(50), Some(now_ms() - 1)).await;
     let fine = send_texts(&broker, &model, "fine", &texts(10), None).await;
     assert_eq!(ledger(&redis, &model, &late, Duration::from_secs(60)).await.get("expired"), Some(&50));
@@ -138,7 +139,8 @@ async fn a_worker_killed_mid_batch_loses_nothing_after_restart() {
     let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 4).await;
-    let ids = send_texts(&broker, &model, "kill", &texts(600), None).await;
+    // Deadlines far off: this test is about losses, not about time.
+    let ids = send_texts(&broker, &model, "kill", &texts(600), Some(now_ms() + 600_000)).await;
     let mut first = Worker::start("minilm", &broker, &redis, &["--intra-op-threads", "1"]);
     let answered =
         first.wait_for_metric("fleet_requests_total", &[("model", "minilm")], 60.0, Duration::from_secs(60)).await;
@@ -162,7 +164,7 @@ async fn when_one_of_two_workers_stops_mid_stream_the_other_closes_the_ledger() 
     let mut leaving = Worker::start("minilm", &broker, &redis, &one);
     let mut all = texts(500);
     all.push(String::new()); // one error answer belongs in the ledger too
-    let ids = send_texts(&broker, &model, "reb", &all, None).await;
+    let ids = send_texts(&broker, &model, "reb", &all, Some(now_ms() + 600_000)).await;
     let answered =
         leaving.wait_for_metric("fleet_requests_total", &[("model", "minilm")], 20.0, Duration::from_secs(90)).await;
     assert!(answered >= 20.0, "the second worker never got partitions");

@@ -50,6 +50,7 @@ async fn a_repeated_input_is_computed_once_and_a_version_bump_uses_new_keys() {
 
     let v1 = short_ttl_repo("v1", &[1]);
     let mut worker = Worker::start("minilm", &broker, &redis, &["--model-repo", v1.to_str().unwrap()]);
+    worker.wait_until_serving(2).await;
     let first = send_texts(&broker, &model, "first", &text, None).await;
     ledger(&redis, &model, &first, Duration::from_secs(60)).await;
     let again = send_texts(&broker, &model, "again", &text, None).await;
@@ -79,6 +80,7 @@ async fn a_repeated_input_is_computed_once_and_a_version_bump_uses_new_keys() {
     // key ages out by itself.
     let v2 = short_ttl_repo("v2", &[1, 2]);
     let worker = Worker::start("minilm", &broker, &redis, &["--model-repo", v2.to_str().unwrap()]);
+    worker.wait_until_serving(2).await;
     let bumped = send_texts(&broker, &model, "bumped", &text, None).await;
     ledger(&redis, &model, &bumped, Duration::from_secs(60)).await;
     assert_eq!(results.poll(&bumped[0]).await.unwrap()["minilm"].version, 2);
@@ -200,6 +202,7 @@ async fn the_fleet_runs_as_an_acl_user_confined_to_its_key_prefix() {
     broker.create_topics(&model, 2).await;
     let url = format!("redis://fleet:s3cret@127.0.0.1:{}", redis.port);
     let worker = Worker::start("minilm", &broker, &redis, &["--redis", &url]);
+    worker.wait_until_serving(2).await;
     let text = vec!["Access control lists confine the fleet.".to_owned()];
     let results = ResultClient::connect(&url).await.unwrap();
     let mut ids = Vec::new();

@@ -46,11 +46,12 @@ async fn answers_travel_over_mutual_tls_and_bad_credentials_fail_fast() {
     let (ca, cert, key) =
         (certs.ca.to_str().unwrap(), certs.client_cert.to_str().unwrap(), certs.client_key.to_str().unwrap());
     let url = redis.url();
-    let _worker = Worker::start_with_redis_args(
+    let worker = Worker::start_with_redis_args(
         "minilm",
         &broker,
         &["--redis", &url, "--redis-ca-file", ca, "--redis-client-cert", cert, "--redis-client-key", key],
     );
+    worker.wait_until_serving(2).await;
 
     let ids = send_texts(&broker, &model, "tls", &sentences()[..20], None).await;
     let results = ResultClient::connect_client(mutual_tls(&url, &certs).client().unwrap()).await.unwrap();

@@ -42,6 +42,7 @@ async fn every_request_gets_exactly_one_ok_answer_that_matches_python() {
     let model = ModelName::parse("minilm").unwrap();
     broker.create_topics(&model, 8).await;
     let mut worker = Worker::start("minilm", &broker, &redis, &[]);
+    worker.wait_until_serving(8).await;
 
     let producer = FleetProducer::new(&broker.kafka(), "text-round-trip-test").unwrap();
     let ids: Vec<RequestId> = (0..reference.len()).map(|i| RequestId::parse(&format!("rt-{i}")).unwrap()).collect();

@@ -322,6 +322,10 @@ stored under its "models" key, so no number goes through a string:
 {{- if le $grace $drain -}}
 {{- fail (printf "models[%s]: terminationGracePeriodSeconds %d must exceed drainTimeoutSeconds %d, or Kubernetes kills the worker mid-drain" $name $grace $drain) -}}
 {{- end -}}
+{{- $stall := int (include "fleet.int" (list $m.stallTimeoutSeconds 60)) -}}
+{{- if lt $stall 1 -}}
+{{- fail (printf "models[%s]: stallTimeoutSeconds must be at least 1" $name) -}}
+{{- end -}}
 {{- $resources := default dict $m.resources -}}
 {{- $cpuRequest := "" -}}
 {{- if $resources.requests -}}{{- $cpuRequest = default "" (index $resources.requests "cpu") -}}{{- end -}}
@@ -341,6 +345,7 @@ stored under its "models" key, so no number goes through a string:
       "threads" $threads
       "drain" $drain
       "grace" $grace
+      "stall" $stall
       "resources" $resources
       "nodeSelector" (default dict $m.nodeSelector)
       "tolerations" (default list $m.tolerations)

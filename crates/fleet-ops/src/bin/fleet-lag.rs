@@ -148,6 +148,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 Err(format!("no complete lag measurement for {age} ms"))
             }
         }),
+        pages: Vec::new(),
     };
     let bound = endpoints::serve(args.metrics_addr, recorder, checks).await.context("binding the metrics address")?;
     tracing::info!(%bound, models = args.models.len(), "serving lag");

@@ -1,10 +1,10 @@
 //! The real `fleet-worker` binary on the real model, beside the broker and
 //! Redis of `fleet_testkit`. Each is stopped when its handle drops.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use fleet_proto::ModelName;
-pub use fleet_testkit::{free_port, http_get, log_file, metric_value, Broker, Redis};
+pub use fleet_testkit::{free_port, http_get, log_file, metric_value, signal, Broker, Redis};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,6 +14,12 @@ pub fn model_repo() -> PathBuf {
     std::env::var_os("FLEET_MODEL_REPO")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models"))
+}
+
+/// The worker binary under test: this build's, or `FLEET_WORKER_BIN` (to
+/// run the same tests against another build, e.g. an older one).
+pub fn worker_bin() -> PathBuf {
+    std::env::var_os("FLEET_WORKER_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fleet-worker")), PathBuf::from)
 }
 
 pub struct Worker {
@@ -34,7 +40,7 @@ impl Worker {
     /// `extra` names the Redis to use (`--redis` and any TLS settings).
     pub fn start_with_redis_args(model: &str, broker: &Broker, extra: &[&str]) -> Self {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_fleet-worker"))
+        let child = Command::new(worker_bin())
             .args(["--model", model, "--brokers", &broker.addr])
             // The shipped models, unless the test gives its own repository.
             .args(if extra.contains(&"--model-repo") { vec![] } else { vec!["--model-repo".into(), model_repo()] })
@@ -73,17 +79,20 @@ impl Worker {
             .expect("memory field")
     }
 
-    /// Waits for the worker to exit by itself; `None` if it still runs.
+    /// Waits for the worker to exit by itself; `None` if it still runs
+    /// (`Duration::ZERO`: is it still running now?).
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        loop {
             if let Some(status) = self.process.as_mut().expect("worker stopped").try_wait().expect("try_wait") {
                 self.process = None;
                 return Some(status);
             }
+            if Instant::now() >= deadline {
+                return None;
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        None
     }
 
     /// SIGKILL: no drain, no commit.
@@ -103,6 +112,37 @@ impl Worker {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Polls `path` until it answers `want` or `timeout` passes; returns
+    /// the last (status, body) either way, for the assertion message.
+    pub async fn wait_for_status(&self, path: &str, want: u16, timeout: Duration) -> (u16, String) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.get(path).await.unwrap_or((0, String::new()));
+            if got.0 == want || Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the worker is ready and owns `partitions` partitions of
+    /// its topic: requests sent after this are read at once, whatever this
+    /// machine's speed (a request sent earlier may wait out the model's
+    /// warm-up and the group's join).
+    pub async fn wait_until_serving(&self, partitions: i32) {
+        let (code, body) = self.wait_for_status("/ready", 200, Duration::from_secs(180)).await;
+        assert_eq!(code, 200, "the worker never became ready: {body}");
+        if !self.scrape().await.contains("fleet_assigned_partitions") {
+            // A build from before the gauge (FLEET_WORKER_BIN): ready only.
+            eprintln!("the worker under test exports no fleet_assigned_partitions; waited for /ready only");
+            return;
+        }
+        let owned = self
+            .wait_for_metric("fleet_assigned_partitions", &[], f64::from(partitions), Duration::from_secs(60))
+            .await;
+        assert_eq!(owned, f64::from(partitions), "the worker owns {owned} of {partitions} partitions");
     }
 
     /// SIGTERM, then wait: the worker drains and commits before it exits.

@@ -1,0 +1,582 @@
+//! One bad thing at a time, against the real worker, broker and Redis: a
+//! malformed message, a Redis key of the wrong type, a dead letter too large
+//! for its topic, a missing DLQ topic, an ACL that refuses the answer
+//! script, SIGTERM during a Redis outage, a group member that comes and goes
+//! every two seconds. Each case checks that (a) the bad one ends as an
+//! answer or a dead letter with a stable reason, (b) good requests before
+//! and after it are all answered, (c) the worker process stays up, and
+//! (d) its probes tell the truth meanwhile.
+//!
+//! Header names that are not UTF-8 cannot be built with rdkafka's Rust API;
+//! they are produced through librdkafka's C call (`fleet_testkit::raw`).
+
+mod common;
+
+use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use fleet_producer::{FleetProducer, Request, ResultClient};
+use fleet_proto::clock::now_ms;
+use fleet_proto::{headers as h, keys, Answer, ContentType, Envelope, ModelName, RequestId, Status};
+use fleet_testkit::raw::{self, RawRecord};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+fn minilm() -> ModelName {
+    ModelName::parse("minilm").unwrap()
+}
+
+/// A valid CloudEvents header set for a text request.
+fn headers_for(id: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let envelope = Envelope {
+        id: RequestId::parse(id).unwrap(),
+        source: "chaos-test".into(),
+        created_ms: now_ms(),
+        content_type: ContentType::Text,
+        deadline_ms: None,
+        parts: 1,
+    };
+    envelope.to_headers().into_iter().map(|(k, v)| (k.as_bytes().to_vec(), Some(v.into_bytes()))).collect()
+}
+
+fn good(id: &str) -> RawRecord {
+    RawRecord {
+        key: Some(id.as_bytes().to_vec()),
+        headers: headers_for(id),
+        payload: Some(format!("a good request called {id}").into_bytes()),
+        ..RawRecord::default()
+    }
+}
+
+fn set_header(record: &mut RawRecord, name: &str, value: &[u8]) {
+    record.headers.retain(|(n, _)| n != name.as_bytes());
+    record.headers.push((name.as_bytes().to_vec(), Some(value.to_vec())));
+}
+
+fn drop_header(record: &mut RawRecord, name: &str) {
+    record.headers.retain(|(n, _)| n != name.as_bytes());
+}
+
+/// How one bad message must end.
+#[derive(Debug, Clone, PartialEq)]
+enum Ending {
+    /// An answer at this id, with this status and error code.
+    Answer { id: &'static str, status: Status, code: Option<&'static str> },
+    /// A dead letter with this reason, found by its payload.
+    DeadLetter { reason: &'static str, payload: &'static str },
+}
+
+fn answer(id: &'static str, status: Status, code: Option<&'static str>) -> Ending {
+    Ending::Answer { id, status, code }
+}
+
+/// The malformed-message cases: each a record and how it must end.
+fn malformed_cases() -> Vec<(RawRecord, Ending)> {
+    let mut cases = Vec::new();
+    // A header name that is not UTF-8 (what crashed rdkafka's iterator).
+    let mut r = good("bad-name");
+    r.headers.push((b"x-\xff\xfe-trace".to_vec(), Some(b"1".to_vec())));
+    cases.push((r, answer("bad-name", Status::Error, Some("bad_request"))));
+    // The same without any readable id: only the DLQ can take it.
+    let mut r = good("unused");
+    r.key = None;
+    drop_header(&mut r, h::ID);
+    r.headers.push((b"\xc3\x28".to_vec(), None));
+    r.payload = Some(b"no id and a bad header name".to_vec());
+    cases.push((r, Ending::DeadLetter { reason: "malformed_header", payload: "no id and a bad header name" }));
+    // A header value that is not UTF-8 where text is required.
+    let mut r = good("bad-value");
+    set_header(&mut r, h::SOURCE, b"\xff\xfe");
+    cases.push((r, answer("bad-value", Status::Error, Some("bad_request"))));
+    // Duplicate headers: the first one counts; a second ce_time is ignored.
+    let mut r = good("dup-headers");
+    r.headers.push((h::TIME.as_bytes().to_vec(), Some(b"not a time".to_vec())));
+    r.headers.push((h::ID.as_bytes().to_vec(), Some(b"another-id".to_vec())));
+    cases.push((r, answer("dup-headers", Status::Ok, None)));
+    // An empty header name, with and without a value.
+    let mut r = good("empty-name");
+    r.headers.push((Vec::new(), Some(b"v".to_vec())));
+    r.headers.push((Vec::new(), None));
+    cases.push((r, answer("empty-name", Status::Ok, None)));
+    // A 1 MiB header the worker does not know.
+    let mut r = good("big-header");
+    r.headers.push((b"x-attachment".to_vec(), Some(vec![b'a'; 1 << 20])));
+    cases.push((r, answer("big-header", Status::Ok, None)));
+    // A key of 0 bytes: ce_id still names the request.
+    let mut r = good("empty-key");
+    r.key = Some(Vec::new());
+    cases.push((r, answer("empty-key", Status::Ok, None)));
+    // A key of 0 bytes and no ce_id: no address at all.
+    let mut r = good("unused");
+    r.key = Some(Vec::new());
+    drop_header(&mut r, h::ID);
+    r.payload = Some(b"an empty key and no ce_id".to_vec());
+    cases.push((r, Ending::DeadLetter { reason: "unreadable_request_id", payload: "an empty key and no ce_id" }));
+    // ce_time and ce_deadline at the numeric extremes.
+    let mut r = good("time-far");
+    set_header(&mut r, h::TIME, b"9999-12-31T23:59:59.999Z");
+    cases.push((r, answer("time-far", Status::Ok, None)));
+    let mut r = good("time-epoch");
+    set_header(&mut r, h::TIME, b"1970-01-01T00:00:00Z");
+    cases.push((r, answer("time-epoch", Status::Expired, None)));
+    let mut r = good("time-before-epoch");
+    set_header(&mut r, h::TIME, b"0001-01-01T00:00:00Z");
+    cases.push((r, answer("time-before-epoch", Status::Error, Some("bad_request"))));
+    let mut r = good("deadline-max");
+    set_header(&mut r, h::DEADLINE, u64::MAX.to_string().as_bytes());
+    cases.push((r, answer("deadline-max", Status::Ok, None)));
+    let mut r = good("deadline-overflow");
+    set_header(&mut r, h::DEADLINE, b"18446744073709551616");
+    cases.push((r, answer("deadline-overflow", Status::Error, Some("bad_request"))));
+    let mut r = good("deadline-zero");
+    set_header(&mut r, h::DEADLINE, b"0");
+    cases.push((r, answer("deadline-zero", Status::Expired, None)));
+    let mut r = good("deadline-negative");
+    set_header(&mut r, h::DEADLINE, b"-1");
+    cases.push((r, answer("deadline-negative", Status::Error, Some("bad_request"))));
+    cases
+}
+
+/// A broker, Redis, `infer.minilm` and a worker that is ready and owns
+/// every partition.
+struct Fleet {
+    broker: Broker,
+    redis: Redis,
+    worker: Worker,
+}
+
+async fn start_fleet(partitions: i32, redis: Redis, worker_args: &[&str]) -> Fleet {
+    let broker = Broker::start();
+    broker.create_topics(&minilm(), partitions).await;
+    let worker = Worker::start("minilm", &broker, &redis, worker_args);
+    worker.wait_until_serving(partitions).await;
+    Fleet { broker, redis, worker }
+}
+
+/// Each id's answer, waited for together (an answer lives 30 s).
+async fn answers_of(redis_url: &str, ids: &[String], timeout: Duration) -> BTreeMap<String, Answer> {
+    let results = ResultClient::connect(redis_url).await.unwrap();
+    let waits = ids.iter().map(|id| {
+        let results = &results;
+        async move {
+            let request = RequestId::parse(id).unwrap();
+            let got = results.wait(&request, &[minilm()], timeout).await;
+            (id.clone(), got.map(|mut a| a.remove("minilm").unwrap()))
+        }
+    });
+    futures::future::join_all(waits)
+        .await
+        .into_iter()
+        .map(|(id, got)| (id.clone(), got.unwrap_or_else(|e| panic!("{id}: {e}"))))
+        .collect()
+}
+
+/// A dead letter as read back: reason, payload and the fleet's headers.
+#[derive(Debug, Clone)]
+struct Letter {
+    reason: String,
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+    headers: BTreeMap<String, Vec<u8>>,
+}
+
+/// Reads the DLQ topic from its start until `count` letters are in.
+async fn dead_letters(broker: &Broker, count: usize, timeout: Duration) -> Vec<Letter> {
+    let reader: StreamConsumer = broker
+        .kafka()
+        .client_config()
+        .set("group.id", format!("dlq-reader-{}", common::free_port()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    reader.subscribe(&[&minilm().dlq_topic()]).unwrap();
+    let deadline = Instant::now() + timeout;
+    let mut letters = Vec::new();
+    while letters.len() < count {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Ok(message)) = tokio::time::timeout(left, reader.recv()).await else {
+            panic!("{} of {count} dead letters arrived: {letters:?}", letters.len());
+        };
+        let headers: BTreeMap<String, Vec<u8>> = message
+            .headers()
+            .map(|hs| {
+                (0..hs.count())
+                    .filter_map(|i| hs.try_get(i))
+                    .map(|hd| (hd.key.to_owned(), hd.value.unwrap_or_default().to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        letters.push(Letter {
+            reason: String::from_utf8_lossy(headers.get(h::DLQ_REASON).map_or(&[][..], |v| v)).into_owned(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().unwrap_or_default().to_vec(),
+            headers,
+        });
+    }
+    letters
+}
+
+/// Asserts the worker runs and both probes pass.
+async fn assert_alive_and_healthy(worker: &mut Worker) {
+    assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited");
+    for path in ["/healthz", "/ready"] {
+        let (code, body) = worker.wait_for_status(path, 200, Duration::from_secs(30)).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_malformed_message_ends_as_its_own_answer_or_dead_letter() {
+    let _serial = serial().await;
+    let Fleet { broker, redis, mut worker } = start_fleet(2, Redis::start(), &[]).await;
+    let topic = minilm().topic();
+    let cases = malformed_cases();
+    let mut good_ids = Vec::new();
+    for (n, (bad, _)) in cases.iter().enumerate() {
+        let before = format!("good-before-{n}");
+        let after = format!("good-after-{n}");
+        raw::produce(&broker.kafka().client_config(), &topic, &[good(&before), bad.clone(), good(&after)]).unwrap();
+        good_ids.extend([before, after]);
+    }
+    let answered = answers_of(&redis.url(), &good_ids, Duration::from_secs(90)).await;
+    assert!(answered.values().all(|a| a.status == Status::Ok), "good requests: {answered:?}");
+
+    let expected_answers: Vec<(&str, Status, Option<&str>)> = cases
+        .iter()
+        .filter_map(|(_, ending)| match ending {
+            Ending::Answer { id, status, code } => Some((*id, *status, *code)),
+            Ending::DeadLetter { .. } => None,
+        })
+        .collect();
+    let ids: Vec<String> = expected_answers.iter().map(|(id, _, _)| id.to_string()).collect();
+    let got = answers_of(&redis.url(), &ids, Duration::from_secs(60)).await;
+    for (id, status, code) in expected_answers {
+        let answer = &got[id];
+        assert_eq!(answer.status, status, "{id}: {answer:?}");
+        assert_eq!(answer.error.as_ref().map(|e| e.code.as_str()), code, "{id}: {answer:?}");
+    }
+    let expected_letters: Vec<(&str, &str)> = cases
+        .iter()
+        .filter_map(|(_, ending)| match ending {
+            Ending::DeadLetter { reason, payload } => Some((*reason, *payload)),
+            Ending::Answer { .. } => None,
+        })
+        .collect();
+    let letters = dead_letters(&broker, expected_letters.len(), Duration::from_secs(60)).await;
+    for (reason, payload) in expected_letters {
+        let letter = letters.iter().find(|l| l.payload == payload.as_bytes()).expect(payload);
+        assert_eq!(letter.reason, reason, "{payload}");
+        let source = String::from_utf8_lossy(&letter.headers[h::DLQ_SOURCE]).into_owned();
+        assert!(source.starts_with("infer.minilm:"), "{source}");
+    }
+    // Every message ended one way: the group's offsets reach the end.
+    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &topic, 2).await;
+    assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
+    assert_alive_and_healthy(&mut worker).await;
+    let scrape = worker.scrape().await;
+    assert_eq!(metric_value(&scrape, "fleet_panics_total", &[("model", "minilm")]), 0.0);
+    assert_eq!(metric_value(&scrape, "fleet_dlq_total", &[("reason", "malformed_header")]), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batch() {
+    let _serial = serial().await;
+    let Fleet { broker, redis, mut worker } = start_fleet(1, Redis::start(), &[]).await;
+    let mut conn = redis.connection().await;
+    // Any client with the fleet's ACL could write these.
+    let (result_taken, ready_taken) =
+        (RequestId::parse("taken-result").unwrap(), RequestId::parse("taken-ready").unwrap());
+    let _: () = redis::cmd("SET").arg(keys::result_key(&result_taken)).arg("x").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("SET").arg(keys::ready_key(&ready_taken)).arg("x").query_async(&mut conn).await.unwrap();
+    // One batch: good rows around the two bad ones.
+    let producer = FleetProducer::new(&broker.kafka(), "chaos").unwrap();
+    let mut ids = Vec::new();
+    let mut pending = Vec::new();
+    for n in 0..24 {
+        let id = match n {
+            8 => result_taken.clone(),
+            16 => ready_taken.clone(),
+            _ => RequestId::parse(&format!("around-{n}")).unwrap(),
+        };
+        pending
+            .push(producer.send(&minilm(), &Request::text(id.clone(), format!("sentence number {n}"))).await.unwrap());
+        ids.push(id);
+    }
+    for delivered in futures::future::join_all(pending).await {
+        delivered.unwrap();
+    }
+    let good: Vec<String> =
+        ids.iter().filter(|id| **id != result_taken && **id != ready_taken).map(|id| id.to_string()).collect();
+    let answered = answers_of(&redis.url(), &good, Duration::from_secs(60)).await;
+    assert!(answered.values().all(|a| a.status == Status::Ok));
+    let letters = dead_letters(&broker, 2, Duration::from_secs(60)).await;
+    for taken in [&result_taken, &ready_taken] {
+        let letter = letters.iter().find(|l| l.key.as_deref() == Some(taken.as_str().as_bytes())).expect("a letter");
+        assert_eq!(letter.reason, "answer_unwritable");
+        let answer: Answer = serde_json::from_slice(&letter.payload).expect("the letter holds the answer");
+        assert_eq!(answer.status, Status::Ok);
+        assert!(String::from_utf8_lossy(&letter.headers[h::DLQ_DETAIL]).contains("WRONGTYPE"));
+    }
+    // Nothing half-written under the taken keys.
+    let kind: String = redis::cmd("TYPE").arg(keys::result_key(&ready_taken)).query_async(&mut conn).await.unwrap();
+    assert_eq!(kind, "none", "no hash field nobody is woken for");
+    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &minilm().topic(), 1).await;
+    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    assert_alive_and_healthy(&mut worker).await;
+    let scrape = worker.scrape().await;
+    assert_eq!(metric_value(&scrape, "fleet_sink_failures_total", &[("target", "redis"), ("class", "message")]), 2.0);
+}
+
+/// Replaces the DLQ topic by one whose messages may be at most `max_bytes`.
+async fn shrink_dlq(broker: &Broker, max_bytes: u64) {
+    let admin: AdminClient<DefaultClientContext> = broker.kafka().client_config().create().unwrap();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let dlq = minilm().dlq_topic();
+    admin.delete_topics(&[&dlq], &options).await.unwrap();
+    let limit = max_bytes.to_string();
+    let topic = NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", &limit);
+    let created = admin.create_topics(&[topic], &options).await.unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+}
+
+/// A message without a readable id and with `payload_bytes` of payload.
+fn anonymous(marker: &str, payload_bytes: usize) -> RawRecord {
+    let mut r = good("unused");
+    r.key = None;
+    drop_header(&mut r, h::ID);
+    let mut payload = marker.as_bytes().to_vec();
+    payload.resize(payload_bytes.max(marker.len()), b'.');
+    r.payload = Some(payload);
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_too_large_for_its_topic_is_sent_stripped_or_kept_locally() {
+    let _serial = serial().await;
+    let Fleet { broker, redis, mut worker } = start_fleet(1, Redis::start(), &[]).await;
+    let topic = minilm().topic();
+    // 4 KiB: the reason fits, a 64 KiB original does not.
+    shrink_dlq(&broker, 4096).await;
+    let records = [good("size-before"), anonymous("too big for the DLQ", 64 * 1024), good("size-after")];
+    raw::produce(&broker.kafka().client_config(), &topic, &records).unwrap();
+    let letters = dead_letters(&broker, 1, Duration::from_secs(60)).await;
+    assert_eq!(letters[0].reason, "unreadable_request_id");
+    assert_eq!(letters[0].headers.get(h::DLQ_TRUNCATED).map(Vec::as_slice), Some(&b"true"[..]));
+    assert!(letters[0].payload.is_empty(), "stripped of its payload");
+
+    // 64 bytes: not even the stripped letter fits; the local record keeps it.
+    shrink_dlq(&broker, 64).await;
+    let records = [good("local-before"), anonymous("kept locally", 10), good("local-after")];
+    raw::produce(&broker.kafka().client_config(), &topic, &records).unwrap();
+    let ids: Vec<String> = ["size-before", "size-after", "local-before", "local-after"].map(String::from).to_vec();
+    assert!(answers_of(&redis.url(), &ids, Duration::from_secs(60)).await.values().all(|a| a.status == Status::Ok));
+    worker.wait_for_metric("fleet_dlq_local_total", &[("model", "minilm")], 1.0, Duration::from_secs(60)).await;
+    let (_, record) = worker.get("/dead-letters").await.expect("the local record");
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&record).unwrap();
+    assert_eq!(entries.len(), 1, "{record}");
+    assert_eq!(entries[0]["reason"], "unreadable_request_id");
+    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &topic, 1).await;
+    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    assert_alive_and_healthy(&mut worker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_dlq_topic_stops_reading_and_says_so_until_it_is_back() {
+    let _serial = serial().await;
+    let Fleet { broker, redis, mut worker } = start_fleet(1, Redis::start(), &[]).await;
+    let topic = minilm().topic();
+    let admin: AdminClient<DefaultClientContext> = broker.kafka().client_config().create().unwrap();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    admin.delete_topics(&[&minilm().dlq_topic()], &options).await.unwrap();
+    let records = [good("dlq-gone-before"), anonymous("the DLQ is gone", 10), good("dlq-gone-after")];
+    raw::produce(&broker.kafka().client_config(), &topic, &records).unwrap();
+    let ids = ["dlq-gone-before".to_owned()];
+    assert_eq!(answers_of(&redis.url(), &ids, Duration::from_secs(60)).await["dlq-gone-before"].status, Status::Ok);
+    // The worker cannot end the message: it says so, and stops reading.
+    let (code, body) = worker.wait_for_status("/ready", 503, Duration::from_secs(60)).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("dlq") && body.contains("fleet failure"), "{body}");
+    let paused =
+        worker.wait_for_metric("fleet_consumer_paused", &[("model", "minilm")], 1.0, Duration::from_secs(10)).await;
+    assert_eq!(paused, 1.0, "the worker still reads");
+    assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited");
+    // The operator restores the topic: the letter lands, reading resumes.
+    broker.create_topics(&minilm(), 1).await;
+    let letters = dead_letters(&broker, 1, Duration::from_secs(60)).await;
+    assert_eq!(letters[0].payload, b"the DLQ is gone");
+    let ids = ["dlq-gone-after".to_owned()];
+    assert_eq!(answers_of(&redis.url(), &ids, Duration::from_secs(60)).await["dlq-gone-after"].status, Status::Ok);
+    assert_alive_and_healthy(&mut worker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refusing_the_answer_script_is_reported_and_a_new_member_takes_partitions_at_once() {
+    let _serial = serial().await;
+    // The worker's user may do everything but run scripts.
+    let redis = Redis::start_with_config("user worker on >worker-pw ~* &* +@all -eval\n");
+    let worker_url = format!("redis://worker:worker-pw@127.0.0.1:{}", redis.port);
+    let args = ["--redis", worker_url.as_str(), "--stall-timeout", "5s"];
+    let Fleet { broker, redis, mut worker } = start_fleet(4, redis, &args).await;
+    let producer = FleetProducer::new(&broker.kafka(), "chaos").unwrap();
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        let id = RequestId::parse(&format!("noperm-{n}")).unwrap();
+        producer.send(&minilm(), &Request::text(id.clone(), format!("text {n}"))).await.unwrap().await.unwrap();
+        ids.push(id.to_string());
+    }
+    // Not ready at once, with the reason; not live once the stall bound passes.
+    let (_, body) = worker.wait_for_status("/ready", 503, Duration::from_secs(60)).await;
+    assert!(body.to_lowercase().contains("noperm") && body.contains("fleet failure"), "{body}");
+    let (code, body) = worker.wait_for_status("/healthz", 503, Duration::from_secs(60)).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("no answer"), "{body}");
+    assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited");
+
+    // A second member joins while the first is wedged: it gets partitions
+    // within seconds (the first still serves the group protocol), not after
+    // max.poll.interval.ms.
+    let joined = Instant::now();
+    let second = Worker::start("minilm", &broker, &redis, &[]);
+    let assigned =
+        second.wait_for_metric("fleet_assigned_partitions", &[("model", "minilm")], 1.0, Duration::from_secs(60)).await;
+    assert!(assigned >= 1.0, "the new member got no partition");
+    assert!(joined.elapsed() < Duration::from_secs(60));
+
+    // The operator fixes the ACL: everything is answered, nothing lost.
+    let mut admin = redis.connection().await;
+    let _: () = redis::cmd("ACL").arg("SETUSER").arg("worker").arg("+eval").query_async(&mut admin).await.unwrap();
+    let answered = answers_of(&redis.url(), &ids, Duration::from_secs(90)).await;
+    assert!(answered.values().all(|a| a.status == Status::Ok));
+    assert_alive_and_healthy(&mut worker).await;
+    let scrape = worker.scrape().await;
+    assert!(metric_value(&scrape, "fleet_sink_failures_total", &[("target", "redis"), ("class", "fleet")]) >= 1.0);
+    drop(second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_redis_outage_exits_within_the_drain_timeout() {
+    let _serial = serial().await;
+    let Fleet { broker, redis, mut worker } = start_fleet(2, Redis::start(), &["--drain-timeout", "3s"]).await;
+    let producer = FleetProducer::new(&broker.kafka(), "chaos").unwrap();
+    let send = |prefix: &'static str| {
+        let producer = &producer;
+        async move {
+            let mut ids = Vec::new();
+            for n in 0..20 {
+                let id = RequestId::parse(&format!("{prefix}-{n}")).unwrap();
+                producer
+                    .send(&minilm(), &Request::text(id.clone(), format!("{prefix} {n}")))
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+                ids.push(id.to_string());
+            }
+            ids
+        }
+    };
+    let before = send("before-outage").await;
+    assert_eq!(answers_of(&redis.url(), &before, Duration::from_secs(60)).await.len(), 20);
+    redis.freeze();
+    let during = send("during-outage").await;
+    worker.wait_for_metric("fleet_queue_depth", &[("model", "minilm")], 1.0, Duration::from_secs(60)).await;
+    let stopping = Instant::now();
+    common::signal(worker.pid(), "-TERM");
+    let status = worker.wait_exit(Duration::from_secs(30)).await.expect("the worker did not exit on SIGTERM");
+    let took = stopping.elapsed();
+    // --drain-timeout 3 s, plus the bounded final commit and exit grace.
+    assert!(took < Duration::from_secs(3 + 12), "exit took {took:?}");
+    assert!(status.success(), "{status}");
+    // What was answered is committed; the rest is read again by the next
+    // worker once Redis is back: nothing lost.
+    redis.thaw();
+    let _next = Worker::start("minilm", &broker, &redis, &[]);
+    let all: Vec<String> = before.iter().chain(&during).cloned().collect();
+    let answered = answers_of(&redis.url(), &all, Duration::from_secs(90)).await;
+    assert!(answered.values().all(|a| a.status == Status::Ok));
+    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &minilm().topic(), 2).await;
+    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+}
+
+/// A group member that only takes partitions and gives them back: it joins
+/// with the workers' assignor, holds its share for `hold`, and leaves
+/// without reading or committing anything.
+async fn come_and_go(broker: &Broker, hold: Duration) {
+    let member: StreamConsumer = broker
+        .kafka()
+        .client_config()
+        .set("group.id", minilm().consumer_group())
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .unwrap();
+    member.subscribe(&[&minilm().topic()]).unwrap();
+    // Polling serves the group protocol; messages it fetches are dropped
+    // uncommitted (the workers read them again).
+    let _ = tokio::time::timeout(hold, async {
+        loop {
+            let _ = member.recv().await;
+        }
+    })
+    .await;
+    member.unsubscribe();
+    tokio::task::spawn_blocking(move || drop(member)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_joining_and_leaving_every_two_seconds_loses_no_answer() {
+    let _serial = serial().await;
+    let Fleet { broker, redis, worker } = start_fleet(4, Redis::start(), &["--intra-op-threads", "1"]).await;
+    let producer = FleetProducer::new(&broker.kafka(), "chaos").unwrap();
+    let sentences = common::sentences();
+    let churn = async {
+        for _ in 0..6 {
+            come_and_go(&broker, Duration::from_secs(2)).await;
+        }
+    };
+    // Each answer is waited for from the moment its request is sent: an
+    // answer lives 30 s, and the stream takes longer than that to check.
+    let results = std::sync::Arc::new(ResultClient::connect(&redis.url()).await.unwrap());
+    let load = async {
+        let mut waits = Vec::new();
+        for n in 0..400 {
+            let id = RequestId::parse(&format!("churn-{n}")).unwrap();
+            let text = format!("{} ({n})", sentences[n % sentences.len()]);
+            producer.send(&minilm(), &Request::text(id.clone(), text)).await.unwrap();
+            let results = results.clone();
+            waits.push(tokio::spawn(async move {
+                let answers = results.wait(&id, &[minilm()], Duration::from_secs(150)).await;
+                (id, answers.map(|mut a| a.remove("minilm").unwrap()))
+            }));
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        waits
+    };
+    let ((), waits) = tokio::join!(churn, load);
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let mut answered = 0;
+    for wait in waits {
+        let (id, answer) = wait.await.unwrap();
+        let answer = answer.unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(answer.status, Status::Ok, "{id}");
+        answered += 1;
+    }
+    let ids: Vec<()> = vec![(); answered];
+    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &minilm().topic(), 4).await;
+    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    let scrape = worker.scrape().await;
+    let computed = metric_value(&scrape, "fleet_model_rows_total", &[("model", "minilm")]);
+    let revoked = metric_value(&scrape, "fleet_revoked_dropped_total", &[("model", "minilm")]);
+    eprintln!(
+        "rows computed {computed} for {} requests; dropped before compute after a revocation: {revoked}",
+        ids.len()
+    );
+    // Recomputation only where a revocation caught a batch mid-call: at
+    // most one batch (32 rows) per rebalance (two per come-and-go).
+    assert!(computed <= (ids.len() + 6 * 2 * 32) as f64, "rows computed {computed}");
+    let peak = worker.memory_kib("VmHWM");
+    assert!(peak < 1024 * 1024, "peak RSS {peak} KiB");
+}
