@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-peer bench-precision bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +20,14 @@ bench-batching:
 
 bench-pipeline:
 	bash scripts/bench-pipeline.sh
+
+# The fleet against a plain Python consumer on the same texts (docs/benchmarks.md).
+bench-peer:
+	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && "$$FLEET_BIN_DIR/loadtest" peer'
+
+# bf16 (or fp16) against fp32, same process, both models (docs/benchmarks.md).
+bench-precision:
+	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" precision
 
 # Uses (and flushes) Redis database 15 on 127.0.0.1:6379.
 bench-redis:

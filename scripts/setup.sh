@@ -72,6 +72,23 @@ else
   ok "vision packages installed"
 fi
 
+peer="$FLEET_VENV/.peer-$FLEET_SENTENCE_TRANSFORMERS_VERSION-$FLEET_CONFLUENT_KAFKA_VERSION-$FLEET_REDIS_PY_VERSION"
+if [ -f "$peer" ]; then
+  ok "peer benchmark packages cached"
+else
+  echo "    pip install the peer benchmark's packages (log: $FLEET_CACHE/logs/venv-peer.log)"
+  # torch and transformers pinned here too, so nothing replaces them.
+  "$FLEET_VENV/bin/pip" install --progress-bar off \
+    "sentence-transformers==$FLEET_SENTENCE_TRANSFORMERS_VERSION" \
+    "confluent-kafka==$FLEET_CONFLUENT_KAFKA_VERSION" \
+    "redis==$FLEET_REDIS_PY_VERSION" \
+    "torch==$FLEET_TORCH_VERSION" \
+    "transformers==$FLEET_TRANSFORMERS_VERSION" >"$FLEET_CACHE/logs/venv-peer.log" 2>&1 \
+    || { tail -20 "$FLEET_CACHE/logs/venv-peer.log"; exit 1; }
+  touch "$peer"
+  ok "peer benchmark packages installed"
+fi
+
 step 3/7 "Kafka-API broker nisshi $FLEET_NISSHI_VERSION ($FLEET_NISSHI_BIN)"
 if [ -x "$FLEET_NISSHI_BIN" ]; then
   ok "cached"

@@ -80,8 +80,12 @@ impl LocalWorker {
 
     /// Answers this worker has written (its fleet_requests_total).
     pub fn answers(&self) -> f64 {
-        http_get(self.metrics, "/metrics")
-            .map_or(0.0, |(_, body)| fleet_testkit::metric_value(&body, "fleet_requests_total", &[]))
+        self.metric("fleet_requests_total")
+    }
+
+    /// The sum of a metric's series in this worker's scrape (0 if absent).
+    pub fn metric(&self, name: &str) -> f64 {
+        http_get(self.metrics, "/metrics").map_or(0.0, |(_, body)| fleet_testkit::metric_value(&body, name, &[]))
     }
 
     /// SIGKILL: no drain, no commit.

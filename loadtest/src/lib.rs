@@ -11,6 +11,7 @@ pub mod collect;
 pub mod drill;
 pub mod fleet;
 pub mod ledger;
+pub mod peer_bench;
 pub mod plan;
 pub mod plot;
 pub mod profile;

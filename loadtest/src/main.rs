@@ -40,6 +40,41 @@ enum Command {
     /// The same burst through fixed and adaptive producer admission, each on
     /// a fleet started here: wasted (expired) and served (ok) answers.
     Admission(AdmissionArgs),
+    /// The fleet against a plain Python consumer (seed 004's design) on the
+    /// same texts, broker and Redis, one after the other.
+    Peer(PeerArgs),
+}
+
+#[derive(Args)]
+struct PeerArgs {
+    /// Texts sent to each side.
+    #[arg(long, default_value_t = 3000)]
+    count: usize,
+    /// Median text length, words (log-normal lengths).
+    #[arg(long, default_value_t = 15.0)]
+    median_words: f64,
+    /// σ of the log-normal: 1.05 puts the 99.9th percentile near 380 words.
+    #[arg(long, default_value_t = 1.05)]
+    sigma: f64,
+    #[arg(long, default_value_t = 380)]
+    max_words: usize,
+    #[arg(long, default_value_t = 11)]
+    seed: u64,
+    #[arg(long, default_value_t = 8)]
+    partitions: i32,
+    /// An extra fleet-worker argument (repeatable).
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
+    worker_args: Vec<String>,
+    /// The peer's Python: the setup's venv (env.sh puts it first on PATH).
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
+    #[arg(long, default_value = "loadtest/peer/seed004_consumer.py")]
+    script: PathBuf,
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Real English sentences the texts are cut from.
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
 }
 
 #[derive(Args)]
@@ -295,6 +330,48 @@ async fn execute(command: Command) -> Result<()> {
             let dir = args.out.unwrap_or_else(|| PathBuf::from(format!("loadtest-report/{name}-{started}")));
             let title = format!("{name} {} req/s, {:?}, {}", args.rate, args.duration, args.model);
             finish(&dir, &title, &outcome)
+        }
+        Command::Peer(args) => {
+            let corpus = read_corpus(&args.corpus)?;
+            let texts: Vec<String> = loadtest::workload::generate_words(
+                &corpus,
+                args.count,
+                args.seed,
+                args.median_words,
+                args.sigma,
+                args.max_words,
+            )
+            .into_iter()
+            .enumerate()
+            // Unique: the fleet's feature cache must answer none of them.
+            .map(|(i, text)| format!("{text} #{i}"))
+            .collect();
+            let words: Vec<usize> = texts.iter().map(|t| t.split_whitespace().count()).collect();
+            println!(
+                "workload: {} texts, median {} words, longest {} words",
+                texts.len(),
+                loadtest::peer_bench::median(&words),
+                words.iter().max().copied().unwrap_or(0)
+            );
+            let bench = loadtest::peer_bench::PeerBench {
+                binaries: Binaries::from_env()?,
+                texts,
+                partitions: args.partitions,
+                worker_args: args.worker_args,
+                python: args.python,
+                script: args.script,
+                timeout: args.timeout,
+            };
+            let fleet = loadtest::peer_bench::fleet(&bench).await?;
+            println!("fleet: {} texts in {:.1} s ({:.1}/s)", fleet.answered, fleet.seconds, fleet.per_second());
+            let peer = loadtest::peer_bench::peer(&bench).await?;
+            println!("peer:  {} texts in {:.1} s ({:.1}/s)", peer.answered, peer.seconds, peer.per_second());
+            println!(
+                "min cosine between the two sides' embeddings of the same texts: {:.5}",
+                loadtest::peer_bench::min_cosine(&fleet.sample, &peer.sample)
+            );
+            println!("{}", loadtest::peer_bench::result_line(&fleet, &peer));
+            Ok(())
         }
         Command::Admission(args) => {
             let bench = AdmissionBench {

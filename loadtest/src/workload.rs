@@ -32,6 +32,28 @@ pub fn generate(corpus: &[String], count: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// The comparison workload of `loadtest peer`: lengths in words drawn from
+/// one log-normal, median `median_words` and σ `sigma`, clipped to
+/// 1..=`max_words` (median ~15 words with a tail to ~380: chat lines and
+/// queries, with some reviews and documents among them).
+pub fn generate_words(
+    corpus: &[String],
+    count: usize,
+    seed: u64,
+    median_words: f64,
+    sigma: f64,
+    max_words: usize,
+) -> Vec<String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let lengths = LogNormal::new(median_words.ln(), sigma).expect("valid log-normal");
+    (0..count)
+        .map(|_| {
+            let words = lengths.sample(&mut rng).round().clamp(1.0, max_words as f64) as usize;
+            text_of_words(corpus, words, &mut rng)
+        })
+        .collect()
+}
+
 fn text_of_words(corpus: &[String], words: usize, rng: &mut StdRng) -> String {
     let mut out: Vec<&str> = Vec::with_capacity(words);
     while out.len() < words {
@@ -64,5 +86,16 @@ mod tests {
         assert!(short > 0.75, "short share {short}");
         assert!(words.iter().any(|&w| w > 200), "no long tail");
         assert!(words.iter().all(|&w| (1..=384).contains(&w)));
+    }
+
+    #[test]
+    fn word_lengths_have_the_median_and_the_tail_asked_for() {
+        let texts = generate_words(&corpus(), 4000, 3, 15.0, 1.05, 380);
+        let mut words: Vec<usize> = texts.iter().map(|t| t.split_whitespace().count()).collect();
+        words.sort_unstable();
+        let median = words[words.len() / 2];
+        assert!((12..=18).contains(&median), "median {median}");
+        assert!(*words.last().unwrap() <= 380);
+        assert!(words[words.len() * 999 / 1000] > 150, "a long tail");
     }
 }

@@ -14,6 +14,7 @@
 mod image_bench;
 mod measure;
 mod plot;
+mod precision_bench;
 mod redis_bench;
 mod strategy;
 
@@ -46,9 +47,26 @@ struct Common {
     /// cpu, cuda or auto, as the worker's --device (scripts/gpu-check.sh).
     #[arg(long, default_value = "cpu", global = true)]
     device: fleet_worker::config::DeviceChoice,
-    /// Run the text model in fp16 (CUDA).
-    #[arg(long, global = true)]
-    fp16: bool,
+    /// The number format the text model runs in (fp32, bf16, fp16).
+    #[arg(long, default_value = "fp32", global = true)]
+    precision: BenchPrecision,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchPrecision {
+    Fp32,
+    Bf16,
+    Fp16,
+}
+
+impl BenchPrecision {
+    fn kind(self) -> tch::Kind {
+        match self {
+            Self::Fp32 => tch::Kind::Float,
+            Self::Bf16 => tch::Kind::BFloat16,
+            Self::Fp16 => tch::Kind::Half,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -60,6 +78,17 @@ enum Command {
     ImageDecode(ImageDecodeArgs),
     /// Many 8K JPEGs at once into a running image worker: its peak RSS.
     ImageBurst(ImageBurstArgs),
+    /// bf16 (--precision, default bf16) against fp32, both models, same process.
+    Precision(PrecisionCommand),
+}
+
+#[derive(Args)]
+struct PrecisionCommand {
+    /// Timed rounds of each precision, interleaved.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
 }
 
 #[derive(Args)]
@@ -145,6 +174,25 @@ fn main() -> Result<()> {
             };
             return tokio::runtime::Runtime::new()?.block_on(image_bench::run_burst(burst));
         }
+        Command::Precision(args) => {
+            tch::set_num_threads(cli.common.threads);
+            tch::set_num_interop_threads(1);
+            // The flag's fp32 default means "compare bf16" here.
+            let lower = match cli.common.precision {
+                BenchPrecision::Fp32 | BenchPrecision::Bf16 => BenchPrecision::Bf16,
+                BenchPrecision::Fp16 => BenchPrecision::Fp16,
+            };
+            println!("machine: {}", machine());
+            println!("intra-op threads {}", cli.common.threads);
+            let name = format!("{lower:?}").to_lowercase();
+            return precision_bench::run(&precision_bench::PrecisionArgs {
+                repo: &cli.common.model_repo,
+                corpus: &args.corpus,
+                lower: lower.kind(),
+                lower_name: &name,
+                rounds: args.rounds,
+            });
+        }
         _ => {}
     }
     tch::set_num_threads(cli.common.threads);
@@ -154,22 +202,22 @@ fn main() -> Result<()> {
     let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, true)?;
     let device = fleet_worker::engine::choose_device(cli.common.device)?;
     let mut engine = TextEngine::load(&version.file("model.pt"), device)?;
-    if cli.common.fp16 {
-        engine.use_half_precision();
+    if cli.common.precision != BenchPrecision::Fp32 {
+        engine.convert(cli.common.precision.kind())?;
     }
     println!("machine: {}", machine());
     println!(
         "model: {} version {}, device {device:?}{}, intra-op threads {}",
         version.name,
         version.version,
-        if cli.common.fp16 { " fp16" } else { "" },
+        format!(" {:?}", cli.common.precision).to_lowercase(),
         cli.common.threads
     );
     let outcome = match cli.command {
         Command::Batching(args) => batching(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Raw(args) => raw(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Redis(args) => redis(&args, &tokenizer, &engine),
-        Command::ImageDecode(_) | Command::ImageBurst(_) => unreachable!("handled above"),
+        Command::ImageDecode(_) | Command::ImageBurst(_) | Command::Precision(_) => unreachable!("handled above"),
     };
     if let tch::Device::Cuda(index) = device {
         match fleet_worker::gpu::device_memory(index as u32) {

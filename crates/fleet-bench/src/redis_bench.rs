@@ -7,6 +7,7 @@ use fleet_proto::{Answer, ModelName, RequestId, Timings};
 use fleet_worker::cache::{tokens_hash, FeatureCache};
 use fleet_worker::engine::TextEngine;
 use fleet_worker::message::Position;
+use fleet_worker::precision::Precision;
 use fleet_worker::sink::{Finished, ResultSink};
 use std::time::Instant;
 
@@ -64,14 +65,14 @@ pub async fn run(redis_url: &str, engine: &TextEngine, rows: &[Vec<i64>], n: usi
     let mut seed = redis::pipe();
     for (hash, embedding) in hashes.iter().zip(&embeddings) {
         let value = serde_json::json!({ "output": { "embedding": embedding }, "infer_ms": 1.0 }).to_string();
-        seed.cmd("SET").arg(cache.key(1, hash)).arg(value).arg("EX").arg(60).ignore();
+        seed.cmd("SET").arg(cache.key(1, Precision::Fp32, hash)).arg(value).arg("EX").arg(60).ignore();
     }
     seed.query_async::<()>(&mut conn).await?;
     let hash_refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
     let reps = 50;
     let started = Instant::now();
     for _ in 0..reps {
-        let found = cache.lookup(1, &hash_refs).await;
+        let found = cache.lookup(1, Precision::Fp32, &hash_refs).await;
         anyhow::ensure!(found.iter().all(Option::is_some), "seeded features not found");
     }
     let hit_ms = started.elapsed().as_secs_f64() * 1000.0 / reps as f64;

@@ -1,5 +1,6 @@
 //! Reads answers back from Redis: `poll` looks once, `wait` blocks on the
-//! request's ready list until every expected model has answered.
+//! request's ready list until every expected model has answered, and
+//! `wait_all` waits for many requests at once over one connection.
 //!
 //! Any client can do the same with two commands: `BLPOP fleet:ready:<id> <s>`
 //! until it has seen as many pushes as parts (or times out), then
@@ -26,6 +27,19 @@ pub enum ResultError {
 /// Answers of one request, by model name.
 pub type Answers = BTreeMap<String, Answer>;
 
+/// A result hash's fields as answers, by model.
+fn parse_answers(id: &RequestId, raw: BTreeMap<String, String>) -> Result<Answers, ResultError> {
+    raw.into_iter()
+        .map(|(model, json)| {
+            serde_json::from_str(&json).map(|answer| (model.clone(), answer)).map_err(|e| ResultError::BadAnswer {
+                id: id.clone(),
+                model,
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
 pub struct ResultClient {
     client: redis::Client,
     conn: MultiplexedConnection,
@@ -50,15 +64,77 @@ impl ResultClient {
     /// The answers present now (possibly none, possibly partial).
     pub async fn poll(&self, id: &RequestId) -> Result<Answers, ResultError> {
         let raw: BTreeMap<String, String> = self.conn.clone().hgetall(keys::result_key(id)).await?;
-        raw.into_iter()
-            .map(|(model, json)| {
-                serde_json::from_str(&json).map(|answer| (model.clone(), answer)).map_err(|e| ResultError::BadAnswer {
-                    id: id.clone(),
-                    model,
-                    reason: e.to_string(),
-                })
-            })
-            .collect()
+        parse_answers(id, raw)
+    }
+
+    /// Waits for many requests at once: every `POLL_EVERY` one pipelined
+    /// round trip (`HGETALL` per request still open, in chunks) over this
+    /// client's connection, until each has every model's answer or `timeout`
+    /// passes. One result per id, in order. Cheaper than a `wait` per id
+    /// (each holds a connection of its own while it blocks) when thousands
+    /// are open, and each answer is taken as soon as it is seen, long before
+    /// its TTL could end it.
+    pub async fn wait_all(
+        &self,
+        ids: &[RequestId],
+        models: &[ModelName],
+        timeout: Duration,
+    ) -> Vec<Result<Answers, ResultError>> {
+        const POLL_EVERY: Duration = Duration::from_millis(20);
+        const CHUNK: usize = 256;
+        let started = Instant::now();
+        let complete = |answers: &Answers| models.iter().all(|m| answers.contains_key(m.as_str()));
+        let mut outcomes: Vec<Option<Result<Answers, ResultError>>> = (0..ids.len()).map(|_| None).collect();
+        let mut seen: Vec<Answers> = vec![Answers::new(); ids.len()];
+        let mut open: Vec<usize> = (0..ids.len()).collect();
+        while !open.is_empty() {
+            let mut still = Vec::with_capacity(open.len());
+            for chunk in open.chunks(CHUNK) {
+                let mut pipe = redis::pipe();
+                for &i in chunk {
+                    pipe.hgetall(keys::result_key(&ids[i]));
+                }
+                let replies: Result<Vec<BTreeMap<String, String>>, _> = pipe.query_async(&mut self.conn.clone()).await;
+                let replies = match replies {
+                    Ok(replies) => replies,
+                    Err(e) => {
+                        // Redis away: the chunk stays open, and is asked again.
+                        tracing::debug!(error = %e, "polling answers failed");
+                        still.extend_from_slice(chunk);
+                        continue;
+                    }
+                };
+                for (&i, raw) in chunk.iter().zip(replies) {
+                    match parse_answers(&ids[i], raw) {
+                        Ok(answers) => seen[i] = answers,
+                        Err(e) => {
+                            outcomes[i] = Some(Err(e));
+                            continue;
+                        }
+                    }
+                    if complete(&seen[i]) {
+                        outcomes[i] = Some(Ok(std::mem::take(&mut seen[i])));
+                    } else {
+                        still.push(i);
+                    }
+                }
+            }
+            open = still;
+            if open.is_empty() {
+                break;
+            }
+            if started.elapsed() >= timeout {
+                for &i in &open {
+                    let missing =
+                        models.iter().filter(|m| !seen[i].contains_key(m.as_str())).map(|m| m.to_string()).collect();
+                    let present = seen[i].keys().cloned().collect();
+                    outcomes[i] = Some(Err(ResultError::Timeout { id: ids[i].clone(), timeout, missing, present }));
+                }
+                break;
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+        outcomes.into_iter().map(|o| o.expect("every id has an outcome")).collect()
     }
 
     /// Blocks until every model in `models` has answered `id`, or `timeout`

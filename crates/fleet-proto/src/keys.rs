@@ -71,10 +71,12 @@ pub fn ready_key(id: &RequestId) -> String {
     format!("{REDIS_PREFIX}ready:{id}")
 }
 
-/// `fleet:feat:<model>:<version>:<hash>`: cached model output for an input.
-/// The version is part of the key, so a new version never reads old entries.
-pub fn feature_key(model: &ModelName, version: u64, input_hash: &str) -> String {
-    format!("{REDIS_PREFIX}feat:{model}:{version}:{input_hash}")
+/// `fleet:feat:<model>:<version>:<precision>:<hash>`: cached model output
+/// for an input. The version and the precision it was computed in (`fp32`,
+/// `bf16`, `fp16`) are part of the key: a new version, or the same one in
+/// another precision, never reads entries it did not compute.
+pub fn feature_key(model: &ModelName, version: u64, precision: &str, input_hash: &str) -> String {
+    format!("{REDIS_PREFIX}feat:{model}:{version}:{precision}:{input_hash}")
 }
 
 #[cfg(test)]
@@ -90,7 +92,7 @@ mod tests {
         assert_eq!(m.consumer_group(), "fleet.minilm");
         assert_eq!(result_key(&id), "fleet:result:r-1");
         assert_eq!(ready_key(&id), "fleet:ready:r-1");
-        assert_eq!(feature_key(&m, 2, "abc"), "fleet:feat:minilm:2:abc");
+        assert_eq!(feature_key(&m, 2, "bf16", "abc"), "fleet:feat:minilm:2:bf16:abc");
     }
 
     #[test]

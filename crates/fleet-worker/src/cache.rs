@@ -1,15 +1,17 @@
 //! The feature cache: model outputs kept in Redis by the exact model input,
 //! so a repeated input is answered without compute.
 //!
-//! Key: `fleet:feat:<model>:<version>:<hash of the token ids or pixels>`, with the
-//! version's `feature_ttl_s`. The version is part of the key: a new model
-//! version reads and writes new keys, and the old ones age out on their TTL,
+//! Key: `fleet:feat:<model>:<version>:<precision>:<hash of the token ids or
+//! pixels>`, with the version's `feature_ttl_s`. The version and precision
+//! are part of the key: a new model version (or the same one computed in
+//! another precision) reads and writes new keys, and the old ones age out on their TTL,
 //! with no flush and no stampede. Before a batch is computed its inputs are
 //! looked up in one MGET; hits are answered at once, misses computed, and
 //! their outputs stored in the same round trip as their answers. A lookup
 //! that fails (Redis away) counts as all misses: the cache may make the
 //! worker faster, never stop it.
 
+use crate::precision::Precision;
 use fleet_proto::{keys, ModelName};
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
@@ -54,17 +56,17 @@ impl FeatureCache {
         Ok(Self { conn, model })
     }
 
-    pub fn key(&self, version: u64, input_hash: &str) -> String {
-        keys::feature_key(&self.model, version, input_hash)
+    pub fn key(&self, version: u64, precision: Precision, input_hash: &str) -> String {
+        keys::feature_key(&self.model, version, precision.as_str(), input_hash)
     }
 
-    /// One MGET for a batch under `version`'s keys; `None` for misses,
-    /// unreadable entries and errors.
-    pub async fn lookup(&mut self, version: u64, hashes: &[&str]) -> Vec<Option<CachedOutput>> {
+    /// One MGET for a batch under the keys of `version` in `precision`;
+    /// `None` for misses, unreadable entries and errors.
+    pub async fn lookup(&mut self, version: u64, precision: Precision, hashes: &[&str]) -> Vec<Option<CachedOutput>> {
         if hashes.is_empty() {
             return Vec::new();
         }
-        let keys: Vec<String> = hashes.iter().map(|h| self.key(version, h)).collect();
+        let keys: Vec<String> = hashes.iter().map(|h| self.key(version, precision, h)).collect();
         let values: Result<Vec<Option<String>>, _> = redis::cmd("MGET").arg(&keys).query_async(&mut self.conn).await;
         match values {
             Ok(values) => values.into_iter().map(|v| v.and_then(|json| serde_json::from_str(&json).ok())).collect(),

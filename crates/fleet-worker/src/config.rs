@@ -27,9 +27,11 @@ pub struct WorkerArgs {
     /// Where /metrics, /healthz and /ready are served.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
-    /// libtorch intra-op threads; default: the cores this process may use
-    /// (cgroup-aware). Measured best for one worker per host or pod; set 1
-    /// when workers share cores, or OpenMP barriers collapse throughput
+    /// libtorch intra-op threads; default: one fewer than the cores this
+    /// process may use (cgroup-aware), at least 1. The worker's own threads
+    /// (consumer, tokenizer, Redis writes) and librdkafka's need a core: an
+    /// OpenMP thread they preempt stalls its barrier. Measured on 2 cores,
+    /// bf16, whole path: 1 thread 555-580 texts/s, 2 threads 450-500
     /// (docs/benchmarks.md).
     #[arg(long, env = "FLEET_INTRA_OP_THREADS")]
     pub intra_op_threads: Option<usize>,
@@ -71,6 +73,11 @@ pub struct WorkerArgs {
     /// cpu, cuda, or auto (CUDA when available).
     #[arg(long, env = "FLEET_DEVICE", default_value = "auto")]
     pub device: DeviceChoice,
+    /// The CPU features `precision = "auto"` looks for: `auto` reads them
+    /// from /proc/cpuinfo; `none`, or a list such as `avx512_bf16,amx_bf16`,
+    /// says instead (a host that reports features it runs slowly).
+    #[arg(long, env = "FLEET_CPU_FEATURES", default_value = "auto")]
+    pub cpu_features: String,
     /// Image models: bytes all concurrent decodes may hold together (estimated
     /// from each header before decoding); a decode waits for room instead.
     #[arg(long, env = "FLEET_DECODE_BUDGET_BYTES", default_value_t = 256 * 1024 * 1024)]
@@ -110,11 +117,23 @@ impl WorkerArgs {
         self.kafka.client_config()
     }
 
+    pub fn cpu_features(&self) -> crate::precision::CpuFeatures {
+        match self.cpu_features.trim() {
+            "auto" => crate::precision::CpuFeatures::detect(),
+            list => crate::precision::CpuFeatures::from_names(&list.split(',').map(str::trim).collect::<Vec<_>>()),
+        }
+    }
+
     pub fn intra_op_threads(&self) -> usize {
         self.intra_op_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+            .unwrap_or_else(|| default_intra_op_threads(std::thread::available_parallelism().map_or(1, usize::from)))
             .max(1)
     }
+}
+
+/// The cores left for the model: all but one for the rest of the worker.
+pub fn default_intra_op_threads(cores: usize) -> usize {
+    cores.saturating_sub(1).max(1)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -140,8 +159,8 @@ pub struct ModelConfig {
     pub device: DeviceConfig,
 }
 
-/// `[device]`: precision and device memory. Applies on CUDA; on CPU the
-/// model runs fp32 and the memory limit is `--engine-memory-limit-bytes`.
+/// `[device]`: precision and device memory. The memory fraction applies on
+/// CUDA; on CPU the memory limit is `--engine-memory-limit-bytes`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceConfig {
@@ -151,8 +170,9 @@ pub struct DeviceConfig {
     /// batches together).
     #[serde(default = "default_memory_fraction")]
     pub memory_fraction: f64,
-    /// Activation memory estimate per batch: per row, per token (rows ×
-    /// padded length) and per attention cell (rows × padded length²).
+    /// Activation memory estimate per batch, for fp32: per row, per token
+    /// (rows × padded length) and per attention cell (rows × padded
+    /// length²). Halved for a version served in bf16 or fp16.
     #[serde(default)]
     pub bytes_per_row: u64,
     #[serde(default)]
@@ -186,12 +206,15 @@ impl DeviceConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
-    /// fp16 on CUDA when its outputs match fp32's (cosine ≥ 0.999 on the
-    /// warm-up batch), else fp32. fp32 on CPU.
+    /// bf16 on a CPU with AVX-512 BF16 or AMX, fp16 on CUDA, each when its
+    /// outputs match fp32's on real inputs (`precision::choose`); else fp32.
     #[default]
     Auto,
     Fp32,
-    /// fp16 on CUDA even if the check fails (it is logged); fp32 on CPU.
+    /// bf16 even where its outputs differ from fp32's (logged), or the CPU
+    /// computes it slowly; fp32 only where the model cannot run in it.
+    Bf16,
+    /// fp16, likewise (meant for CUDA).
     Fp16,
 }
 
@@ -451,6 +474,12 @@ mod tests {
         max_attention_cells = 524288
         max_wait_ms = 5
     "#;
+
+    #[test]
+    fn the_model_gets_all_cores_but_one() {
+        assert_eq!((default_intra_op_threads(1), default_intra_op_threads(2)), (1, 1));
+        assert_eq!(default_intra_op_threads(8), 7);
+    }
 
     #[test]
     fn defaults_fill_ttls_and_text_limits() {

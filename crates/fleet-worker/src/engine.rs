@@ -123,10 +123,10 @@ impl TextEngine {
         self.device
     }
 
-    /// Converts the weights to fp16 (CUDA). Inputs stay integer ids; outputs
-    /// are read back as f32.
-    pub fn use_half_precision(&mut self) {
-        self.module.to(self.device, Kind::Half, false);
+    /// Converts the weights to `kind` (bf16, fp16). Inputs stay integer
+    /// ids; outputs are read back as f32.
+    pub fn convert(&mut self, kind: Kind) -> Result<(), EngineError> {
+        convert_parameters(&self.module, kind)
     }
 
     /// One embedding per row, in row order.
@@ -147,6 +147,24 @@ impl TextEngine {
         let out = out.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
         Ok(Vec::<Vec<f32>>::try_from(&out)?)
     }
+}
+
+/// Converts a module's floating-point parameters to `kind`, in place. Not
+/// `CModule::to`: libtorch's `Module::to(dtype)` converts every tensor,
+/// integer buffers too (BERT's position ids turn into bf16 and the
+/// embedding lookup fails), where PyTorch's `nn.Module.to` converts only
+/// floating-point ones. Parameters of a frozen module are constants in its
+/// graph: nothing is converted then, and the outputs show it (the precision
+/// check compares them with fp32's, and the speed is fp32's).
+fn convert_parameters(module: &CModule, kind: Kind) -> Result<(), EngineError> {
+    let _no_grad = tch::no_grad_guard();
+    for (_, mut parameter) in module.named_parameters()? {
+        if parameter.is_floating_point() {
+            let converted = parameter.to_kind(kind);
+            parameter.set_data(&converted);
+        }
+    }
+    Ok(())
 }
 
 /// One class of an image model: `labels.txt` line `<synset>\t<names>`.
@@ -200,9 +218,10 @@ impl ImageEngine {
         Ok(Self { module, device, size: size as usize, labels })
     }
 
-    /// Converts the weights to fp16 (CUDA). The input stays uint8 RGB.
-    pub fn use_half_precision(&mut self) {
-        self.module.to(self.device, Kind::Half, false);
+    /// Converts the weights to `kind` (bf16, fp16). The input stays uint8
+    /// RGB: the module converts it to its weights' type (export_efficientnet.py).
+    pub fn convert(&mut self, kind: Kind) -> Result<(), EngineError> {
+        convert_parameters(&self.module, kind)
     }
 
     /// Every class's probability for each image, as f32.

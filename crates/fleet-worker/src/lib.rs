@@ -31,6 +31,7 @@ pub mod message;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod precision;
 pub mod repository;
 pub(crate) mod serve;
 pub mod sink;

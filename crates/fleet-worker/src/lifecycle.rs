@@ -7,26 +7,39 @@
 //! fingerprint), so a half-copied `model.pt` is tried again once the copy
 //! finishes, but a broken one is not reloaded every poll.
 
+use crate::precision::Precision;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The version being served, shared by the stages that tag answers with it
-/// (refusals, expiries, cache hits) and set by the engine when it swaps.
+/// The version being served and the precision it computes in, shared by
+/// the stages that tag answers with it (refusals, expiries, cache hits) and
+/// set by the engine when it swaps. One atomic holds both, so a reader never
+/// sees one version with another's precision.
 #[derive(Debug, Clone, Default)]
 pub struct ServingVersion(Arc<AtomicU64>);
 
+/// The precision's code sits above the version's bits.
+const PRECISION_SHIFT: u32 = 56;
+const VERSION_MASK: u64 = (1 << PRECISION_SHIFT) - 1;
+
 impl ServingVersion {
     pub fn new(version: u64) -> Self {
-        Self(Arc::new(AtomicU64::new(version)))
+        Self(Arc::new(AtomicU64::new(version & VERSION_MASK)))
     }
 
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Ordering::Acquire) & VERSION_MASK
     }
 
-    pub fn set(&self, version: u64) {
-        self.0.store(version, Ordering::Release);
+    /// The version and its precision, read together.
+    pub fn get_with_precision(&self) -> (u64, Precision) {
+        let packed = self.0.load(Ordering::Acquire);
+        (packed & VERSION_MASK, Precision::from_code(packed >> PRECISION_SHIFT))
+    }
+
+    pub fn set(&self, version: u64, precision: Precision) {
+        self.0.store((precision.code() << PRECISION_SHIFT) | (version & VERSION_MASK), Ordering::Release);
     }
 }
 
@@ -121,6 +134,14 @@ mod tests {
 
     fn scan(versions: &[(u64, Option<Fingerprint>)], pin: Option<u64>) -> Scan {
         Scan { versions: versions.iter().copied().collect(), pin }
+    }
+
+    #[test]
+    fn version_and_precision_are_read_together() {
+        let serving = ServingVersion::new(3);
+        assert_eq!(serving.get_with_precision(), (3, Precision::Fp32));
+        serving.set(4, Precision::Bf16);
+        assert_eq!((serving.get(), serving.get_with_precision()), (4, (4, Precision::Bf16)));
     }
 
     #[test]

@@ -20,6 +20,17 @@ pub struct ActivationCost {
 }
 
 impl ActivationCost {
+    /// The same cost for elements of `bytes` instead of `per` bytes (the
+    /// config's estimates are for fp32: a bf16 batch needs half).
+    pub fn scaled(&self, bytes: u64, per: u64) -> Self {
+        let scale = |b: u64| b.saturating_mul(bytes) / per.max(1);
+        Self {
+            bytes_per_row: scale(self.bytes_per_row),
+            bytes_per_token: scale(self.bytes_per_token),
+            bytes_per_attention_cell: scale(self.bytes_per_attention_cell),
+        }
+    }
+
     /// Bytes for `rows` rows padded to `padded_len` (images: length 1).
     pub fn estimate(&self, rows: usize, padded_len: usize) -> u64 {
         let (rows, len) = (rows as u64, padded_len as u64);
@@ -114,5 +125,14 @@ mod tests {
         assert!(is_out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity"));
         assert!(is_out_of_memory("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 1000 bytes"));
         assert!(!is_out_of_memory("Expected all tensors to be on the same device"));
+    }
+
+    #[test]
+    fn a_half_precision_batch_is_estimated_at_half_the_bytes() {
+        let fp32 = ActivationCost { bytes_per_row: 10, bytes_per_token: 16384, bytes_per_attention_cell: 96 };
+        let half = fp32.scaled(2, 4);
+        assert_eq!(half, ActivationCost { bytes_per_row: 5, bytes_per_token: 8192, bytes_per_attention_cell: 48 });
+        assert_eq!(half.estimate(4, 100) * 2, fp32.estimate(4, 100));
+        assert_eq!(fp32.scaled(4, 4), fp32);
     }
 }

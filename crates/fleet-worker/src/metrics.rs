@@ -38,6 +38,9 @@ pub const GPU_MEMORY_TOTAL_BYTES: &str = "nv_gpu_memory_total_bytes";
 
 /// The model version serving now.
 pub const MODEL_VERSION: &str = "fleet_model_version";
+/// 1 for the precision the serving version computes in (fp32, bf16, fp16),
+/// 0 for the others.
+pub const MODEL_PRECISION: &str = "fleet_model_precision";
 /// Versions swapped in while serving (the first load is not a swap).
 pub const MODEL_SWAPS_TOTAL: &str = "fleet_model_swaps_total";
 /// Versions refused, by reason (load, warm_up, tokenizer_changed).
@@ -90,6 +93,14 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         .install_recorder()
 }
 
+/// Marks `precision` as the one `model` serves in.
+pub fn set_precision(model: &str, precision: crate::precision::Precision) {
+    for each in crate::precision::Precision::ALL {
+        let value = if each == precision { 1.0 } else { 0.0 };
+        metrics::gauge!(MODEL_PRECISION, "model" => model.to_owned(), "precision" => each.as_str()).set(value);
+    }
+}
+
 /// HELP texts and zero-valued series for everything `model`'s worker exports.
 pub fn register(model: &str) {
     use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
@@ -117,6 +128,7 @@ pub fn register(model: &str) {
     describe_gauge!(GPU_MEMORY_TOTAL_BYTES, Unit::Bytes, "Device memory in all (NVML), CUDA workers only");
     describe_gauge!(MODEL_VERSION, "The model version serving now");
     describe_counter!(MODEL_SWAPS_TOTAL, "Model versions swapped in while serving");
+    describe_gauge!(MODEL_PRECISION, "1 for the precision the serving version computes in, by precision");
     describe_counter!(MODEL_LOAD_FAILURES_TOTAL, "Model versions refused (failed to load or warm up), by reason");
     describe_counter!(OOM_SPLITS_TOTAL, "Batches halved because they did not fit in device memory");
     describe_gauge!(

@@ -4,10 +4,11 @@
 
 use crate::batcher::BucketLimits;
 use crate::cache::{pixels_hash, tokens_hash};
-use crate::config::{ModelKind, Precision};
+use crate::config::ModelKind;
 use crate::engine::{EngineError, ImageEngine, TextEngine};
 use crate::guard;
 use crate::memory::MemoryGuard;
+use crate::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
 use crate::repository::ModelVersion;
 use crate::split::{run_with_split, CallError, RowFailure, SplitRun};
 use serde_json::{json, Value};
@@ -56,7 +57,7 @@ enum Engine {
 pub struct Model {
     engine: Engine,
     guard: MemoryGuard,
-    pub half: bool,
+    pub precision: Precision,
     /// The model's name (the metrics' `model` label).
     name: String,
 }
@@ -68,44 +69,44 @@ pub struct WarmUp {
     pub row_caps: Vec<(usize, usize)>,
 }
 
+/// Where a version is loaded, and what its precision is judged on.
+pub struct LoadTarget<'a> {
+    pub device: Device,
+    /// The CPU's bf16 features (detected, or as `--cpu-features` says).
+    pub cpu: CpuFeatures,
+    /// Real inputs both precisions run on: their outputs must agree.
+    pub probes: &'a [ModelInput],
+}
+
 impl Model {
-    /// Loads the version's model.pt (and labels for image models). On CUDA,
-    /// fp16 is used when the precision setting allows and its outputs on
-    /// `sample` match fp32's (cosine ≥ [`FP16_MIN_COSINE`]).
-    pub fn load(
-        version: &ModelVersion,
-        device: Device,
-        guard: MemoryGuard,
-        sample: &ModelInput,
-    ) -> Result<Self, EngineError> {
+    /// Loads the version's model.pt (and labels for image models) and
+    /// chooses its precision (`precision`): with `auto`, bf16 on a CPU that
+    /// computes it fast and fp16 on CUDA, each only when its outputs on the
+    /// probes agree with fp32's. `guard`'s estimate is for fp32 and is
+    /// scaled to the precision chosen.
+    pub fn load(version: &ModelVersion, target: &LoadTarget<'_>, guard: MemoryGuard) -> Result<Self, EngineError> {
         let name = version.name.to_string();
-        let fp32 = Self { engine: Engine::load(version, device)?, guard, half: false, name: name.clone() };
-        let precision = version.config.device.precision;
-        if !device.is_cuda() || precision == Precision::Fp32 {
-            return Ok(fp32);
-        }
-        let mut half = Self { engine: Engine::load(version, device)?, guard, half: true, name };
-        half.engine.use_half_precision();
-        let rows = [sample, sample];
-        let agreement = fp32.raw(&rows).and_then(|a| half.raw(&rows).map(|b| min_cosine(&a, &b)));
-        match (agreement, precision) {
-            (Ok(cosine), _) if cosine >= FP16_MIN_COSINE => {
-                tracing::info!(cosine, "fp16 outputs match fp32; serving fp16");
-                Ok(half)
+        let configured = version.config.device.precision;
+        let where_ = if target.device.is_cuda() { Target::Cuda } else { Target::Cpu(target.cpu) };
+        let candidate = precision::candidate(configured, where_);
+        let fp32 = Engine::load(version, target.device)?;
+        let (engine, choice) = match &candidate {
+            Candidate::Fp32Only(_) => (fp32, precision::choose(configured, &candidate, None)),
+            Candidate::Try(lower) => {
+                let mut lowered = Engine::load(version, target.device)?;
+                let agreement = lowered.convert(*lower, &fp32, target.probes, &name);
+                let choice = precision::choose(configured, &candidate, Some(&agreement));
+                (if choice.precision == *lower { lowered } else { fp32 }, choice)
             }
-            (Ok(cosine), Precision::Fp16) => {
-                tracing::warn!(cosine, "fp16 outputs differ from fp32; serving fp16 as configured");
-                Ok(half)
-            }
-            (Ok(cosine), _) => {
-                tracing::warn!(cosine, "fp16 outputs differ from fp32; serving fp32");
-                Ok(fp32)
-            }
-            (Err(e), _) => {
-                tracing::warn!(error = %e, "the model does not run in fp16; serving fp32");
-                Ok(fp32)
-            }
-        }
+        };
+        tracing::info!(
+            version = version.version,
+            precision = choice.precision.as_str(),
+            reason = choice.reason,
+            "precision chosen"
+        );
+        let guard = MemoryGuard { cost: guard.cost.scaled(choice.precision.element_bytes(), 4), ..guard };
+        Ok(Self { engine, guard, precision: choice.precision, name })
     }
 
     /// Sets the bytes a batch may use (the estimate is the model config's).
@@ -209,15 +210,6 @@ impl Model {
             Err(panic) => Err(CallError::Failed(format!("the model call panicked: {panic}"))),
         })
     }
-
-    /// The model's raw output vectors (embeddings, or all class
-    /// probabilities), for comparing precisions.
-    fn raw(&self, inputs: &[&ModelInput]) -> Result<Vec<Vec<f32>>, EngineError> {
-        match &self.engine {
-            Engine::Text(engine) => engine.embed(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
-            Engine::Image { engine, .. } => engine.probabilities(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
-        }
-    }
 }
 
 impl Engine {
@@ -233,39 +225,37 @@ impl Engine {
         }
     }
 
-    fn use_half_precision(&mut self) {
-        match self {
-            Self::Text(engine) => engine.use_half_precision(),
-            Self::Image { engine, .. } => engine.use_half_precision(),
+    /// Converts the weights to `lower` and compares the outputs on
+    /// `probes` with `fp32`'s (a panic in the lower precision counts as
+    /// failing to run in it).
+    fn convert(&mut self, lower: Precision, fp32: &Engine, probes: &[ModelInput], model: &str) -> Agreement {
+        let rows: Vec<&ModelInput> = probes.iter().collect();
+        let reference = match fp32.raw(&rows) {
+            Ok(outputs) => outputs,
+            Err(e) => return Agreement::Fails(format!("fp32 itself failed on the probes: {e}")),
+        };
+        let lowered = guard::contain(model, guard::Stage::Model, || {
+            match self {
+                Self::Text(engine) => engine.convert(lower.kind())?,
+                Self::Image { engine, .. } => engine.convert(lower.kind())?,
+            }
+            self.raw(&rows)
+        });
+        match (lowered, &*self) {
+            (Ok(Ok(outputs)), Self::Text(_)) => precision::embeddings_agreement(&reference, &outputs),
+            (Ok(Ok(outputs)), Self::Image { .. }) => precision::classes_agreement(&reference, &outputs),
+            (Ok(Err(e)), _) => Agreement::Fails(e.to_string().lines().next().unwrap_or_default().to_owned()),
+            (Err(panic), _) => Agreement::Fails(format!("it panicked: {panic}")),
         }
     }
-}
 
-/// fp16 is served only when every output's cosine to fp32's reaches this.
-pub const FP16_MIN_COSINE: f32 = 0.999;
-
-/// The smallest cosine similarity between paired rows; 0 when the shapes
-/// differ (they cannot agree).
-pub fn min_cosine(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    if a.len() != b.len() || a.is_empty() {
-        return 0.0;
+    /// The raw output vectors (embeddings, or all class probabilities).
+    fn raw(&self, inputs: &[&ModelInput]) -> Result<Vec<Vec<f32>>, EngineError> {
+        match self {
+            Self::Text(engine) => engine.embed(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
+            Self::Image { engine, .. } => engine.probabilities(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
+        }
     }
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| {
-            if x.len() != y.len() {
-                return 0.0;
-            }
-            let dot: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
-            let norm = |v: &[f32]| v.iter().map(|p| p * p).sum::<f32>().sqrt();
-            let denominator = norm(x) * norm(y);
-            if denominator == 0.0 || !dot.is_finite() {
-                0.0
-            } else {
-                dot / denominator
-            }
-        })
-        .fold(f32::INFINITY, f32::min)
 }
 
 /// A sample input made `len` batcher units long: for text, its first and
@@ -331,15 +321,5 @@ mod tests {
         assert_eq!(ids(stretch(&sample, 1)), vec![101]);
         let image = ModelInput::Pixels(vec![1, 2, 3]);
         assert_eq!(stretch(&image, 40), image);
-    }
-
-    #[test]
-    fn cosine_agreement_is_the_worst_row() {
-        let a = vec![vec![1.0, 0.0], vec![0.0, 2.0]];
-        assert!((min_cosine(&a, &a) - 1.0).abs() < 1e-6);
-        let b = vec![vec![1.0, 0.0], vec![1.0, 1.0]];
-        assert!((min_cosine(&a, &b) - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
-        assert_eq!(min_cosine(&a, &a[..1]), 0.0, "a missing row cannot agree");
-        assert_eq!(min_cosine(&[vec![f32::NAN]], &[vec![1.0]]), 0.0);
     }
 }

@@ -312,7 +312,7 @@ async fn load_first_version(args: &WorkerArgs, device: tch::Device) -> Result<Fi
     loop {
         let version = repository::resolve_with(&args.model_repo, &args.model, &refusals)?;
         let fingerprint = repository::fingerprint(&version.file("model.pt"));
-        let (inputs, preparation, sample, tokenizer) = match prepare(args, &version) {
+        let VersionInputs { inputs, preparation, sample, probes, tokenizer } = match prepare_version(args, &version) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let source = EngineError::Incompatible(format!("{e:#}"));
@@ -327,6 +327,8 @@ async fn load_first_version(args: &WorkerArgs, device: tch::Device) -> Result<Fi
             memory_limit: args.engine_memory_limit_bytes,
             limits: version.config.batching.limits(version.config.max_input_len()),
             sample,
+            probes,
+            cpu: args.cpu_features(),
         });
         let (candidate, loader) = (version.clone(), ctx.clone());
         let loaded = tokio::task::spawn_blocking(move || load_version(&candidate, &loader)).await?;
@@ -340,22 +342,39 @@ async fn load_first_version(args: &WorkerArgs, device: tch::Device) -> Result<Fi
     }
 }
 
-/// How `version`'s inputs are admitted and prepared, one real input to warm
-/// it up with, and its tokenizer's bytes.
-fn prepare(
-    args: &WorkerArgs,
-    version: &ModelVersion,
-) -> Result<(InputPolicy, Preparation, ModelInput, Option<Vec<u8>>)> {
+/// How a version's inputs are admitted and prepared, and what it is loaded
+/// with.
+struct VersionInputs {
+    inputs: InputPolicy,
+    preparation: Preparation,
+    /// One real input to warm it up with.
+    sample: ModelInput,
+    /// Real inputs a lower precision must agree with fp32 on.
+    probes: Vec<ModelInput>,
+    /// tokenizer.json's bytes (text models).
+    tokenizer: Option<Vec<u8>>,
+}
+
+fn prepare_version(args: &WorkerArgs, version: &ModelVersion) -> Result<VersionInputs> {
     match version.config.kind {
         ModelKind::Text => {
             let text = version.config.text().context("text model without [text]")?;
             let path = version.file("tokenizer.json");
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             let tokenizer = TextTokenizer::from_bytes(&path, &bytes, text.max_seq_len, text.truncate)?;
-            let tokens = tokenizer.tokenize(WARM_UP_TEXT)?;
-            let sample = ModelInput::Tokens { ids: tokens.ids, truncated: false };
-            let inputs = InputPolicy::Text { max_text_bytes: text.max_text_bytes };
-            Ok((inputs, Preparation::Text(Box::new(tokenizer)), sample, Some(bytes)))
+            let tokens = |text: &str| -> Result<ModelInput> {
+                let tokens = tokenizer.tokenize(text)?;
+                Ok(ModelInput::Tokens { ids: tokens.ids, truncated: false })
+            };
+            let sample = tokens(WARM_UP_TEXT)?;
+            let probes = PROBE_TEXTS.iter().map(|text| tokens(text)).collect::<Result<_>>()?;
+            Ok(VersionInputs {
+                inputs: InputPolicy::Text { max_text_bytes: text.max_text_bytes },
+                preparation: Preparation::Text(Box::new(tokenizer)),
+                sample,
+                probes,
+                tokenizer: Some(bytes),
+            })
         }
         ModelKind::Image => {
             let image = version.config.image().context("image model without [image]")?;
@@ -364,11 +383,30 @@ fn prepare(
                 slots: Arc::new(Semaphore::new(args.decode_threads.max(1))),
                 geometry: image.geometry(),
             };
-            let photo = fleet_image::synthetic::photo(image.size, image.size, 1).pixels;
-            Ok((InputPolicy::Image { limits: image.limits() }, preparation, ModelInput::Pixels(photo), None))
+            let photo = ModelInput::Pixels(fleet_image::synthetic::photo(image.size, image.size, 1).pixels);
+            Ok(VersionInputs {
+                inputs: InputPolicy::Image { limits: image.limits() },
+                preparation,
+                probes: vec![photo.clone()],
+                sample: photo,
+                tokenizer: None,
+            })
         }
     }
 }
+
+/// Texts of several lengths and kinds a lower precision's embeddings must
+/// match fp32's on (cosine per row), run as one padded batch.
+const PROBE_TEXTS: &[&str] = &[
+    WARM_UP_TEXT,
+    "A man is eating food.",
+    "Stock markets fell sharply on Tuesday after the central bank raised interest rates by half a point, \
+     the largest increase in two decades, citing inflation that has proved more persistent than expected.",
+    "How do I reset my password?",
+    "The cat sat quietly on the warm windowsill, watching the rain trace slow lines down the glass while \
+     the kettle began to whistle in the kitchen behind her.",
+    "ok",
+];
 
 /// Real text for warm-up batches: each bucket's rows are its tokens repeated
 /// to the bucket's length.
@@ -901,8 +939,8 @@ async fn run_cache(
         }
         let hashes: Vec<&str> = batch.items.iter().map(|j| j.input_hash.as_str()).collect();
         // Hits are answered with the version whose keys they came from.
-        let version = policy.version.get();
-        let found = cache.lookup(version, &hashes).await;
+        let (version, precision) = policy.version.get_with_precision();
+        let found = cache.lookup(version, precision, &hashes).await;
         let now = now_ms();
         let mut hits = Vec::new();
         let mut misses = Batch { bucket: batch.bucket, items: Vec::new(), lens: Vec::new() };

@@ -82,9 +82,10 @@ impl EngineThread {
         tch::set_num_threads(self.threads);
         tracing::info!(threads = self.threads, version = first.version, "engine serving");
         let mut current = first;
-        self.serving.set(current.version);
+        self.serving.set(current.version, current.model.precision);
         let version_gauge = metrics::gauge!(m::MODEL_VERSION, "model" => self.model.to_string());
         version_gauge.set(current.version as f64);
+        m::set_precision(self.model.as_str(), current.model.precision);
         while let Some(command) = self.commands.blocking_recv() {
             match command {
                 EngineCommand::Run(batch) => {
@@ -106,13 +107,14 @@ impl EngineThread {
                 }
                 EngineCommand::Swap(next) => {
                     let old = std::mem::replace(&mut current, *next);
-                    self.serving.set(current.version);
+                    self.serving.set(current.version, current.model.precision);
                     version_gauge.set(current.version as f64);
+                    m::set_precision(self.model.as_str(), current.model.precision);
                     metrics::counter!(m::MODEL_SWAPS_TOTAL, "model" => self.model.to_string()).increment(1);
                     tracing::info!(
                         from = old.version,
                         to = current.version,
-                        fp16 = current.model.half,
+                        precision = current.model.precision.as_str(),
                         "model version swapped in"
                     );
                 }
@@ -135,6 +137,7 @@ pub fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<J
     let started = Instant::now();
     let rows: Vec<&ModelInput> = batch.items.iter().map(|j| &j.input).collect();
     let run = engine.infer_split(&rows);
+    let precision = engine.precision.as_str();
     let label = model.to_string();
     metrics::histogram!(m::BATCH_SIZE, "model" => label.clone()).record(rows.len() as f64);
     metrics::histogram!(m::BATCH_TOKENS, "model" => label.clone()).record(batch.computed_tokens() as f64);
@@ -157,7 +160,7 @@ pub fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<J
                     let cached = CachedOutput { output: output.clone(), infer_ms: infer_ms / row_count };
                     let feature = serde_json::to_string(&cached)
                         .ok()
-                        .map(|value| (keys::feature_key(model, version, &job.input_hash), value));
+                        .map(|value| (keys::feature_key(model, version, precision, &job.input_hash), value));
                     (Answer::ok(model.as_str(), version, output, t), feature)
                 }
                 Err(failure) => {

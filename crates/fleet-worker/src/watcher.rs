@@ -10,7 +10,8 @@ use crate::engine::EngineError;
 use crate::lifecycle::{self, Decision, Refusals, ServingVersion};
 use crate::memory::{device_limit, MemoryGuard};
 use crate::metrics as m;
-use crate::model::{Model, ModelInput, WarmUp};
+use crate::model::{LoadTarget, Model, ModelInput, WarmUp};
+use crate::precision::CpuFeatures;
 use crate::repository::{self, ModelVersion};
 use crate::serve::{EngineCommand, Feedback, Loaded};
 use fleet_proto::ModelName;
@@ -34,6 +35,34 @@ pub struct LoadContext {
     pub limits: BucketLimits,
     /// One real input (a tokenized sentence, a photo's pixels).
     pub sample: ModelInput,
+    /// Real inputs a lower precision must agree with fp32 on (text models:
+    /// tokenized sentences; image models use their version's reference
+    /// photos when it ships them).
+    pub probes: Vec<ModelInput>,
+    /// The CPU's bf16 features (`--cpu-features`).
+    pub cpu: CpuFeatures,
+}
+
+/// The inputs `version`'s precision is judged on: its reference photos
+/// (`<version>/reference/*.rgb`, model inputs of `size`² RGB) for an image
+/// model that has them, else the context's probes.
+fn probes_for(version: &ModelVersion, ctx: &LoadContext) -> Vec<ModelInput> {
+    let Some(image) = version.config.image() else { return ctx.probes.clone() };
+    let expected = (image.size as usize).pow(2) * 3;
+    let mut photos: Vec<(std::path::PathBuf, Vec<u8>)> = std::fs::read_dir(version.file("reference"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rgb"))
+        .filter_map(|path| std::fs::read(&path).ok().map(|bytes| (path, bytes)))
+        .filter(|(_, bytes)| bytes.len() == expected)
+        .collect();
+    photos.sort();
+    if photos.is_empty() {
+        return ctx.probes.clone();
+    }
+    photos.into_iter().map(|(_, pixels)| ModelInput::Pixels(pixels)).collect()
 }
 
 pub struct Warmed {
@@ -56,7 +85,9 @@ pub fn load_version(version: &ModelVersion, ctx: &LoadContext) -> Result<Warmed,
     let refused = |reason, source| Refused { version: version.version, reason, source };
     let cost = version.config.device.activation_cost();
     let guard = MemoryGuard { cost, limit: ctx.memory_limit };
-    let mut model = Model::load(version, ctx.device, guard, &ctx.sample).map_err(|e| refused("load", e))?;
+    let probes = probes_for(version, ctx);
+    let target = LoadTarget { device: ctx.device, cpu: ctx.cpu, probes: &probes };
+    let mut model = Model::load(version, &target, guard).map_err(|e| refused("load", e))?;
     if let (None, Device::Cuda(index)) = (ctx.memory_limit, ctx.device) {
         match crate::gpu::device_memory(index as u32) {
             Ok((total, used)) => {
@@ -72,7 +103,7 @@ pub fn load_version(version: &ModelVersion, ctx: &LoadContext) -> Result<Warmed,
     let warm = model.warm_up(&ctx.limits, &ctx.sample).map_err(|e| refused("warm_up", e))?;
     tracing::info!(
         version = version.version,
-        fp16 = model.half,
+        precision = model.precision.as_str(),
         capped_buckets = warm.row_caps.len(),
         seconds = started.elapsed().as_secs_f64(),
         "model version loaded and warm"

@@ -207,10 +207,12 @@ async fn a_broken_newest_version_at_start_falls_back_to_the_one_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_over_the_memory_limit_are_split_and_every_row_is_answered() {
     let _serial = serial().await;
-    // minilm's [device] estimate: 16384 B per token + 96 B per attention
-    // cell. 4 MB holds about 20 rows of 11 tokens or 1 row of 200 tokens,
-    // but no 512-token row.
-    let Fleet { _broker, redis, worker, producer } = start_fleet(&["--engine-memory-limit-bytes", "4000000"]).await;
+    // minilm's [device] estimate in fp32 (the CPU said to have no bf16, so
+    // `auto` serves fp32; bf16 halves it): 16384 B per token + 96 B per
+    // attention cell. 4 MB holds about 20 rows of 11 tokens or 1 row of 200
+    // tokens, but no 512-token row.
+    let extra = ["--engine-memory-limit-bytes", "4000000", "--cpu-features", "none"];
+    let Fleet { _broker, redis, worker, producer } = start_fleet(&extra).await;
     let mut texts = same_length_texts(64, "slow");
     let long: String = common::sentences().join(" ");
     texts.push(long);

@@ -6,7 +6,8 @@
 
 use fleet_proto::ModelName;
 use fleet_worker::memory::MemoryGuard;
-use fleet_worker::model::{min_cosine, Model, ModelInput};
+use fleet_worker::model::{LoadTarget, Model, ModelInput};
+use fleet_worker::precision::{min_cosine, CpuFeatures};
 use fleet_worker::repository;
 use fleet_worker::split::RowFailure;
 use fleet_worker::tokenize::TextTokenizer;
@@ -17,6 +18,11 @@ fn repo() -> PathBuf {
     std::env::var_os("FLEET_MODEL_REPO")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models"))
+}
+
+/// On the CPU, in fp32: a CPU without bf16 features makes `auto` choose fp32.
+fn fp32_cpu() -> LoadTarget<'static> {
+    LoadTarget { device: Device::Cpu, cpu: CpuFeatures::default(), probes: &[] }
 }
 
 fn embedding(output: &serde_json::Value) -> Vec<f32> {
@@ -48,13 +54,13 @@ fn a_batch_over_the_limit_is_split_and_each_row_gets_its_unsplit_output() {
     let cost = version.config.device.activation_cost();
     assert!(cost.estimate(1, 1) > 0, "minilm's config gives an activation estimate");
 
-    let unlimited = Model::load(&version, Device::Cpu, MemoryGuard { cost, limit: None }, &rows[0]).unwrap();
+    let unlimited = Model::load(&version, &fp32_cpu(), MemoryGuard { cost, limit: None }).unwrap();
     let whole = unlimited.infer_split(&refs);
     assert_eq!((whole.splits, whole.row_cap), (0, None));
 
     // Room for three rows of the longest length: eight must split.
     let limit = cost.estimate(3, longest);
-    let limited = Model::load(&version, Device::Cpu, MemoryGuard { cost, limit: Some(limit) }, &rows[0]).unwrap();
+    let limited = Model::load(&version, &fp32_cpu(), MemoryGuard { cost, limit: Some(limit) }).unwrap();
     let split = limited.infer_split(&refs);
     assert!(split.splits >= 2, "8 rows → 4 + 4 → 2 + 2 + 2 + 2: {} splits", split.splits);
     // The most rows that ran at once (a half of shorter rows may fit where
@@ -84,7 +90,7 @@ fn a_row_the_model_cannot_run_fails_alone_and_its_neighbours_are_answered() {
     // 700 tokens: past the exported model's 512 positions, a real failure
     // (not out of memory) on the row that holds them.
     let overlong = ModelInput::Tokens { ids: std::iter::repeat_n(1000, 700).collect(), truncated: false };
-    let model = Model::load(&version, Device::Cpu, MemoryGuard::NONE, &a).unwrap();
+    let model = Model::load(&version, &fp32_cpu(), MemoryGuard::NONE).unwrap();
     let run = model.infer_split(&[&a, &overlong, &b]);
     assert!(run.outputs[0].is_ok() && run.outputs[2].is_ok(), "{:?}", run.outputs);
     assert!(matches!(run.outputs[1], Err(RowFailure::Failed(_))), "{:?}", run.outputs[1]);

@@ -136,6 +136,23 @@ async fn wait_returns_when_the_last_part_lands_and_times_out_cleanly() {
     assert!(started.elapsed() < Duration::from_secs(5), "returned after {:?}", started.elapsed());
     writer.await.unwrap();
 
+    // Many at once over one connection: each id gets its own outcome, the
+    // complete ones their answers, the incomplete one its timeout.
+    let other = RequestId::parse("one-part").unwrap();
+    let _: () = conn.hset(keys::result_key(&other), "minilm", answer("minilm")).await.unwrap();
+    let never = RequestId::parse("never-answered").unwrap();
+    let outcomes =
+        results.wait_all(&[id.clone(), never.clone(), other.clone()], &models, Duration::from_millis(500)).await;
+    assert_eq!(outcomes[0].as_ref().map(|a| a.len()).ok(), Some(2));
+    assert!(
+        matches!(&outcomes[1], Err(ResultError::Timeout { missing, .. }) if missing.len() == 2),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(matches!(&outcomes[2], Err(ResultError::Timeout { missing, .. }) if missing == &["effnet".to_owned()]));
+    let only_text = results.wait_all(std::slice::from_ref(&other), &[minilm()], Duration::from_secs(5)).await;
+    assert_eq!(only_text[0].as_ref().map(|a| a.len()).ok(), Some(1));
+
     // Redis that stops answering: a clear error, not a hang past the timeout.
     redis.freeze();
     let started = Instant::now();

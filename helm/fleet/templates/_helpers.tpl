@@ -329,7 +329,7 @@ stored under its "models" key, so no number goes through a string:
 {{- $resources := default dict $m.resources -}}
 {{- $cpuRequest := "" -}}
 {{- if $resources.requests -}}{{- $cpuRequest = default "" (index $resources.requests "cpu") -}}{{- end -}}
-{{- $threads := int (include "fleet.int" (list $m.intraOpThreads (include "fleet.cpuCores" $cpuRequest))) -}}
+{{- $threads := int (include "fleet.int" (list $m.intraOpThreads (max 1 (sub (int (include "fleet.cpuCores" $cpuRequest)) 1)))) -}}
 {{- $dns := regexReplaceAll "[^a-z0-9-]" $name "-" | trimSuffix "-" -}}
 {{- $resolved := dict
       "name" $name

@@ -11,7 +11,6 @@ use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
 use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, ResultClient, SendError};
 use fleet_proto::{ContentType, ModelName, RequestId};
 use futures::future::join_all;
-use futures::StreamExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -284,14 +283,11 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
     let models = [args.model.clone()];
     let mut answered = Vec::with_capacity(requests.len());
     let mut failures = 0usize;
-    // Many waits at once, in order: an answer lives only the model's
+    // All at once over one connection: an answer lives only the model's
     // result_ttl_s, so waiting for one id after another could look for an
     // early answer after it expired.
-    let outcomes: Vec<_> = futures::stream::iter(requests)
-        .map(|request| results.wait(&request.id, &models, args.timeout))
-        .buffered(64)
-        .collect()
-        .await;
+    let ids: Vec<_> = requests.iter().map(|request| request.id.clone()).collect();
+    let outcomes = results.wait_all(&ids, &models, args.timeout).await;
     for ((request, text), outcome) in requests.iter().zip(&texts).zip(outcomes) {
         match outcome {
             Ok(mut answers) => {

@@ -19,7 +19,8 @@ pub fn model_repo() -> PathBuf {
 /// The worker binary under test: this build's, or `FLEET_WORKER_BIN` (to
 /// run the same tests against another build, e.g. an older one).
 pub fn worker_bin() -> PathBuf {
-    std::env::var_os("FLEET_WORKER_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fleet-worker")), PathBuf::from)
+    std::env::var_os("FLEET_WORKER_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fleet-worker")), PathBuf::from)
 }
 
 pub struct Worker {
