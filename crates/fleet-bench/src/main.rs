@@ -20,9 +20,10 @@ mod strategy;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use fleet_worker::engine::TextEngine;
-use fleet_worker::repository::{self, ModelVersion};
-use fleet_worker::tokenize::TextTokenizer;
+use fleet_worker::config::ModelVersion;
+use fleet_worker::stages::admission::tokenize::TextTokenizer;
+use fleet_worker::stages::engine::torch::TextModule;
+use fleet_worker::versions::repository;
 use measure::{measure, warm_up, Measured};
 use std::path::PathBuf;
 
@@ -200,8 +201,8 @@ fn main() -> Result<()> {
     let version = repository::resolve(&cli.common.model_repo, &cli.common.model)?;
     let text = version.config.text().cloned().context("a text model is needed")?;
     let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, true)?;
-    let device = fleet_worker::engine::choose_device(cli.common.device)?;
-    let mut engine = TextEngine::load(&version.file("model.pt"), device)?;
+    let device = fleet_worker::stages::engine::torch::choose_device(cli.common.device)?;
+    let mut engine = TextModule::load(&version.file("model.pt"), device)?;
     if cli.common.precision != BenchPrecision::Fp32 {
         engine.convert(cli.common.precision.kind())?;
     }
@@ -220,7 +221,7 @@ fn main() -> Result<()> {
         Command::ImageDecode(_) | Command::ImageBurst(_) | Command::Precision(_) => unreachable!("handled above"),
     };
     if let tch::Device::Cuda(index) = device {
-        match fleet_worker::gpu::device_memory(index as u32) {
+        match fleet_worker::status::gpu::device_memory(index as u32) {
             Ok((total, used)) => println!("device memory: {} of {} MiB in use", used >> 20, total >> 20),
             Err(e) => println!("device memory: unknown ({e})"),
         }
@@ -241,7 +242,7 @@ fn batching(
     args: &BatchingArgs,
     version: &ModelVersion,
     tokenizer: &TextTokenizer,
-    engine: &TextEngine,
+    engine: &TextModule,
     max_seq_len: usize,
 ) -> Result<()> {
     let corpus = read_lines(&args.corpus)?;
@@ -311,7 +312,7 @@ fn raw(
     args: &RawArgs,
     version: &ModelVersion,
     tokenizer: &TextTokenizer,
-    engine: &TextEngine,
+    engine: &TextModule,
     max_seq_len: usize,
 ) -> Result<()> {
     let texts = read_lines(&args.file)?;
@@ -325,7 +326,7 @@ fn raw(
     Ok(())
 }
 
-fn redis(args: &RedisArgs, tokenizer: &TextTokenizer, engine: &TextEngine) -> Result<()> {
+fn redis(args: &RedisArgs, tokenizer: &TextTokenizer, engine: &TextModule) -> Result<()> {
     // One batch of 32 short sentences: the bucket a typical batch comes from.
     let texts: Vec<String> = read_lines(&args.file)?.into_iter().filter(|t| t.len() < 80).take(32).collect();
     let rows = tokenize_all(tokenizer, &texts)?;

@@ -2,7 +2,7 @@
 //! latency percentiles, padding efficiency and peak resident memory.
 
 use crate::strategy::padding_efficiency;
-use fleet_worker::engine::{EngineError, TextEngine};
+use fleet_worker::stages::engine::torch::{EngineError, TextModule};
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ impl Measured {
 
 /// Untimed: the first call of each new shape pays for libtorch's profiling
 /// executor, so each strategy gets a few batches before the clock starts.
-pub fn warm_up(engine: &TextEngine, tokens: &[Vec<i64>], batches: &[Vec<usize>]) -> Result<(), EngineError> {
+pub fn warm_up(engine: &TextModule, tokens: &[Vec<i64>], batches: &[Vec<usize>]) -> Result<(), EngineError> {
     for batch in batches.iter().take(4) {
         run(engine, tokens, batch)?;
     }
@@ -38,7 +38,7 @@ pub fn warm_up(engine: &TextEngine, tokens: &[Vec<i64>], batches: &[Vec<usize>])
 
 pub fn measure(
     name: &str,
-    engine: &TextEngine,
+    engine: &TextModule,
     tokens: &[Vec<i64>],
     batches: &[Vec<usize>],
 ) -> Result<Measured, EngineError> {
@@ -74,7 +74,7 @@ pub fn measure(
     })
 }
 
-fn run(engine: &TextEngine, tokens: &[Vec<i64>], batch: &[usize]) -> Result<(), EngineError> {
+fn run(engine: &TextModule, tokens: &[Vec<i64>], batch: &[usize]) -> Result<(), EngineError> {
     let rows: Vec<&[i64]> = batch.iter().map(|&i| tokens[i].as_slice()).collect();
     engine.embed(&rows).map(drop)
 }

@@ -12,10 +12,10 @@
 //! Prints `RESULT precision model=<m> speedup=<lower/fp32> …` per model.
 
 use anyhow::{Context, Result};
-use fleet_worker::engine::{ImageEngine, TextEngine};
-use fleet_worker::precision::{classes_agreement, min_cosine, top_class, Agreement};
-use fleet_worker::repository;
-use fleet_worker::tokenize::TextTokenizer;
+use fleet_worker::stages::admission::tokenize::TextTokenizer;
+use fleet_worker::stages::engine::precision::{classes_agreement, min_cosine, top_class, Agreement};
+use fleet_worker::stages::engine::torch::{ImageModule, TextModule};
+use fleet_worker::versions::repository;
 use std::path::Path;
 use std::time::Instant;
 
@@ -56,8 +56,8 @@ fn text(args: &PrecisionArgs<'_>) -> Result<()> {
         .collect();
     anyhow::ensure!(rows.len() == TEXT_ROWS * TEXT_BATCHES, "the corpus is too short for {} rows", rows.len());
     let batches: Vec<Vec<&[i64]>> = rows.chunks(TEXT_ROWS).map(|b| b.iter().map(Vec::as_slice).collect()).collect();
-    let fp32 = TextEngine::load(&version.file("model.pt"), tch::Device::Cpu)?;
-    let mut lower = TextEngine::load(&version.file("model.pt"), tch::Device::Cpu)?;
+    let fp32 = TextModule::load(&version.file("model.pt"), tch::Device::Cpu)?;
+    let mut lower = TextModule::load(&version.file("model.pt"), tch::Device::Cpu)?;
     lower.convert(args.lower)?;
     let (mut reference, mut lowered) = (Vec::new(), Vec::new());
     for batch in &batches {
@@ -109,7 +109,7 @@ fn image(args: &PrecisionArgs<'_>) -> Result<()> {
         .filter(|p| p.len() == expected)
         .collect();
     anyhow::ensure!(!pixels.is_empty(), "no reference photos of {size}x{size} in {}", version.dir.display());
-    let load = || ImageEngine::load(&version.file("model.pt"), &version.file("labels.txt"), size, tch::Device::Cpu);
+    let load = || ImageModule::load(&version.file("model.pt"), &version.file("labels.txt"), size, tch::Device::Cpu);
     let fp32 = load()?;
     let mut lower = load()?;
     lower.convert(args.lower)?;

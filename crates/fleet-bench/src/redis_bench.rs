@@ -4,11 +4,13 @@
 
 use anyhow::Result;
 use fleet_proto::{Answer, ModelName, RequestId, Timings};
-use fleet_worker::cache::{tokens_hash, FeatureCache};
-use fleet_worker::engine::TextEngine;
-use fleet_worker::message::Position;
-use fleet_worker::precision::Precision;
-use fleet_worker::sink::{Finished, ResultSink};
+use fleet_worker::job::Finished;
+use fleet_worker::stages::cache::entry::tokens_hash;
+use fleet_worker::stages::cache::FeatureCache;
+use fleet_worker::stages::engine::precision::Precision;
+use fleet_worker::stages::engine::torch::TextModule;
+use fleet_worker::stages::sink::ResultSink;
+use fleet_worker::stages::source::message::Position;
 use std::time::Instant;
 
 pub struct RedisFigures {
@@ -31,7 +33,7 @@ fn answers(n: usize, batch: usize, embedding: &[f32]) -> Vec<Vec<Finished>> {
     all.chunks(batch).map(<[Finished]>::to_vec).collect()
 }
 
-pub async fn run(redis_url: &str, engine: &TextEngine, rows: &[Vec<i64>], n: usize) -> Result<RedisFigures> {
+pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usize) -> Result<RedisFigures> {
     let row_refs: Vec<&[i64]> = rows.iter().map(Vec::as_slice).collect();
     let embeddings = engine.embed(&row_refs)?;
     let batches = answers(n, rows.len(), &embeddings[0]);

@@ -7,6 +7,21 @@
 //! password replaced, and `--help` does not show the environment's value.
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// A connection that reconnects by itself, each (re)connect bounded by
+/// `connect` and each reply by `respond`: a Redis that does not answer
+/// costs a caller at most that long, never a hang.
+pub async fn managed(
+    client: redis::Client,
+    connect: Duration,
+    respond: Duration,
+) -> Result<redis::aio::ConnectionManager, redis::RedisError> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect))
+        .set_response_timeout(Some(respond));
+    redis::aio::ConnectionManager::new_with_config(client, config).await
+}
 
 #[derive(Clone, clap::Args)]
 pub struct RedisConfig {

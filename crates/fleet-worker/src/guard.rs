@@ -7,7 +7,7 @@
 //! process down; its offset is never committed, so every worker the
 //! partition moves to dies on the same message in turn.
 
-use crate::metrics as m;
+use crate::metrics::PANICS_TOTAL;
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -39,17 +39,17 @@ impl Stage {
 /// `AssertUnwindSafe`: what `work` touches is either owned by it or left
 /// consistent by construction (the callers pass one message's state, which
 /// is dropped or turned into an error answer after a panic).
-pub fn contain<T>(model: &str, stage: Stage, work: impl FnOnce() -> T) -> Result<T, String> {
+pub fn contain<T>(stage: Stage, work: impl FnOnce() -> T) -> Result<T, String> {
     catch_unwind(AssertUnwindSafe(work)).map_err(|payload| {
         let message = panic_message(payload.as_ref());
-        record(model, stage, &message);
+        record(stage, &message);
         message
     })
 }
 
 /// Counts and logs a panic caught elsewhere (a task's `JoinError`).
-pub fn record(model: &str, stage: Stage, message: &str) {
-    metrics::counter!(m::PANICS_TOTAL, "model" => model.to_owned(), "stage" => stage.as_str()).increment(1);
+pub fn record(stage: Stage, message: &str) {
+    metrics::counter!(PANICS_TOTAL, "stage" => stage.as_str()).increment(1);
     tracing::error!(stage = stage.as_str(), panic = message, "a panic was contained to one message");
 }
 
@@ -70,10 +70,10 @@ mod tests {
 
     #[test]
     fn a_panic_becomes_its_message_and_work_that_finishes_its_value() {
-        assert_eq!(contain("m", Stage::Prepare, || 7), Ok(7));
-        let caught = contain("m", Stage::Prepare, || -> u32 { panic!("header {} is bad", 3) });
+        assert_eq!(contain(Stage::Prepare, || 7), Ok(7));
+        let caught = contain(Stage::Prepare, || -> u32 { panic!("header {} is bad", 3) });
         assert_eq!(caught, Err("header 3 is bad".to_owned()));
-        let unwrapped = contain("m", Stage::Model, || "x".parse::<u32>().unwrap());
+        let unwrapped = contain(Stage::Model, || "x".parse::<u32>().unwrap());
         assert!(unwrapped.unwrap_err().contains("ParseIntError"));
     }
 }

@@ -1,41 +1,38 @@
 //! The fleet worker: consumes `infer.<model>`, answers into Redis.
 //!
-//! Modules follow a request's path: [`source`] (Kafka, offsets) →
-//! [`admission`] (validation, deadlines, image headers) → [`tokenize`] or
-//! image decode under the [`decode_budget`] → [`batcher`] (pure)
-//! → [`engine`] (libtorch) → [`sink`] (Redis, DLQ; [`failure`] sorts what
-//! a retry can cure), wired by [`pipeline`], with [`guard`] containing a
-//! panic to the one message it came from,
-//! with [`config`], [`repository`] and [`metrics`] beside them. The
-//! engine thread ([`serve`]) splits batches that do not fit in device
-//! memory ([`split`], [`memory`]); the [`watcher`] loads new model versions
-//! beside the serving one and swaps them in ([`lifecycle`] decides which).
+//! # Layout
+//!
+//! The folders are the path a message takes. [`worker`] builds the stages
+//! and joins them by bounded channels; each stage is a struct with one
+//! `run`:
+//!
+//! - [`stages::source`]: the Kafka consumer, one queue per partition; the
+//!   message copy; the commit watermark and the ledger of what is in flight.
+//! - [`stages::admission`]: reads while the flow bounds allow; validation,
+//!   deadlines and the stable error codes; tokenization, or image decode
+//!   under the memory budget.
+//! - [`stages::batch`]: the pure length-bucket batcher and the task that
+//!   owns it, answering `expired` what can no longer be served in time.
+//! - [`stages::cache`]: answers from the feature cache what was computed
+//!   before; the rest goes on.
+//! - [`stages::engine`]: the engine thread running batches on the serving
+//!   version (libtorch, split when out of memory), swapping versions.
+//! - [`stages::sink`]: answers into Redis, dead letters to the DLQ topic,
+//!   each failure sorted by whether a retry can cure it.
+//!
+//! Beside the path: [`job`] (what travels between stages), [`versions`]
+//! (repository, lifecycle, the one load path, the watcher), [`status`]
+//! (probes, backlog and lag reports, drain rate, GPU memory), [`config`],
+//! [`metrics`], [`serving`] (the version answers are tagged with),
+//! [`shutdown`] and [`guard`] (a panic stays one message's failure).
 
-pub mod admission;
-pub mod batcher;
-pub mod cache;
-pub mod commit;
 pub mod config;
-pub mod decode_budget;
-pub mod drain;
-pub mod engine;
-pub mod failure;
-pub mod flow;
-pub mod gpu;
 pub mod guard;
-pub mod health;
-pub mod in_flight_limit;
-pub mod lifecycle;
-pub mod memory;
-pub mod message;
+pub mod job;
 pub mod metrics;
-pub mod model;
-pub mod pipeline;
-pub mod precision;
-pub mod repository;
-pub(crate) mod serve;
-pub mod sink;
-pub mod source;
-pub mod split;
-pub mod tokenize;
-pub(crate) mod watcher;
+pub mod serving;
+pub mod shutdown;
+pub mod stages;
+pub mod status;
+pub mod versions;
+pub mod worker;

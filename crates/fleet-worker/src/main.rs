@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = WorkerArgs::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let result = runtime.block_on(fleet_worker::pipeline::run(args, shutdown_signal()));
+    let result = runtime.block_on(fleet_worker::worker::run(args, shutdown_signal()));
     // Not a plain drop: that waits for every blocking task to finish.
     runtime.shutdown_timeout(EXIT_GRACE);
     result

@@ -4,6 +4,10 @@
 //! have is registered at start with its HELP text and zero, so a scrape of
 //! a fresh worker already shows the full set (and `rate()` starts at 0, not
 //! at the first event).
+//!
+//! A worker serves one model: the `model` label is the exporter's global
+//! label, set once here, not at each call site. A leaf: the label values
+//! of labelled series are given by their owners (`SeriesLabels`).
 
 use fleet_proto::Status;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
@@ -48,7 +52,7 @@ pub const MODEL_LOAD_FAILURES_TOTAL: &str = "fleet_model_load_failures_total";
 /// Batches halved because they did not fit in device memory.
 pub const OOM_SPLITS_TOTAL: &str = "fleet_oom_splits_total";
 
-/// The rate this worker's backlog drains at (`drain::DrainMeter`; published
+/// The rate this worker's backlog drains at (`status::drain_rate::DrainMeter`; published
 /// with the backlog: producers predict waits from it).
 pub const DRAIN_RATE: &str = "fleet_drain_rate";
 /// The in-flight limit now (adaptive: moves with batch latency).
@@ -70,22 +74,16 @@ pub const ASSIGNED_PARTITIONS: &str = "fleet_assigned_partitions";
 /// after they were read (the new owner reads them again).
 pub const REVOKED_DROPPED_TOTAL: &str = "fleet_revoked_dropped_total";
 
-/// The dead-letter reasons a worker can give.
-pub const DLQ_REASONS: &[&str] = &[
-    "unreadable_request_id",
-    crate::admission::MALFORMED_HEADER,
-    crate::pipeline::PREPARE_PANICKED,
-    crate::sink::ANSWER_UNWRITABLE,
-];
-
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 const TOKEN_BUCKETS: &[f64] = &[16.0, 64.0, 256.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0];
 const RATIO_BUCKETS: &[f64] = &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
 
-/// Installs the recorder; the caller serves the handle (fleet_ops::endpoints).
-pub fn install() -> Result<PrometheusHandle, BuildError> {
+/// Installs the recorder, every series labelled `model`; the caller serves
+/// the handle (fleet_ops::endpoints).
+pub fn install(model: &str) -> Result<PrometheusHandle, BuildError> {
     PrometheusBuilder::new()
+        .add_global_label("model", model)
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), BATCH_SIZE_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(BATCH_TOKENS.into()), TOKEN_BUCKETS)?
@@ -93,16 +91,19 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         .install_recorder()
 }
 
-/// Marks `precision` as the one `model` serves in.
-pub fn set_precision(model: &str, precision: crate::precision::Precision) {
-    for each in crate::precision::Precision::ALL {
-        let value = if each == precision { 1.0 } else { 0.0 };
-        metrics::gauge!(MODEL_PRECISION, "model" => model.to_owned(), "precision" => each.as_str()).set(value);
-    }
+/// The label values of the labelled series, from the modules that decide
+/// them, so that each starts at zero.
+pub struct SeriesLabels {
+    pub dlq_reasons: &'static [&'static str],
+    pub failure_targets: &'static [&'static str],
+    pub failure_classes: Vec<&'static str>,
+    pub panic_stages: Vec<&'static str>,
+    pub refusal_reasons: Vec<&'static str>,
+    pub precisions: Vec<&'static str>,
 }
 
-/// HELP texts and zero-valued series for everything `model`'s worker exports.
-pub fn register(model: &str) {
+/// HELP texts and zero-valued series for everything a worker exports.
+pub fn register(labels: &SeriesLabels) {
     use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
     describe_counter!(REQUESTS_TOTAL, "Answers written, by status (ok, error, expired)");
     describe_counter!(TTL_DROPPED_TOTAL, "Requests answered expired without being computed");
@@ -151,25 +152,26 @@ pub fn register(model: &str) {
     describe_counter!(REVOKED_DROPPED_TOTAL, "Requests dropped before compute: their partition was revoked");
     fleet_ops::probe::describe();
 
-    let model = model.to_owned();
     for status in [Status::Ok, Status::Error, Status::Expired] {
-        counter!(REQUESTS_TOTAL, "model" => model.clone(), "status" => status.as_str()).absolute(0);
+        counter!(REQUESTS_TOTAL, "status" => status.as_str()).absolute(0);
     }
-    for reason in DLQ_REASONS {
-        counter!(DLQ_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
-        counter!(DLQ_LOCAL_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
+    for &reason in labels.dlq_reasons {
+        counter!(DLQ_TOTAL, "reason" => reason).absolute(0);
+        counter!(DLQ_LOCAL_TOTAL, "reason" => reason).absolute(0);
     }
-    for target in ["redis", "dlq"] {
-        for class in crate::failure::FailureClass::ALL {
-            counter!(SINK_FAILURES_TOTAL, "model" => model.clone(), "target" => target, "class" => class.as_str())
-                .absolute(0);
+    for &target in labels.failure_targets {
+        for &class in &labels.failure_classes {
+            counter!(SINK_FAILURES_TOTAL, "target" => target, "class" => class).absolute(0);
         }
     }
-    for stage in crate::guard::Stage::ALL {
-        counter!(PANICS_TOTAL, "model" => model.clone(), "stage" => stage.as_str()).absolute(0);
+    for &stage in &labels.panic_stages {
+        counter!(PANICS_TOTAL, "stage" => stage).absolute(0);
     }
-    for reason in crate::watcher::LOAD_FAILURE_REASONS {
-        counter!(MODEL_LOAD_FAILURES_TOTAL, "model" => model.clone(), "reason" => *reason).absolute(0);
+    for &reason in &labels.refusal_reasons {
+        counter!(MODEL_LOAD_FAILURES_TOTAL, "reason" => reason).absolute(0);
+    }
+    for &precision in &labels.precisions {
+        gauge!(MODEL_PRECISION, "precision" => precision).set(0.0);
     }
     for name in [
         TTL_DROPPED_TOTAL,
@@ -180,7 +182,7 @@ pub fn register(model: &str) {
         OOM_SPLITS_TOTAL,
         REVOKED_DROPPED_TOTAL,
     ] {
-        counter!(name, "model" => model.clone()).absolute(0);
+        counter!(name).absolute(0);
     }
     for name in [
         QUEUE_DEPTH,
@@ -191,7 +193,7 @@ pub fn register(model: &str) {
         SINK_STALLED_SECONDS,
         ASSIGNED_PARTITIONS,
     ] {
-        gauge!(name, "model" => model.clone()).set(0.0);
+        gauge!(name).set(0.0);
     }
     gauge!(IMAGE_DECODE_BYTES_IN_USE).set(0.0);
     // A histogram handle registers the series; it renders with zero counts.
@@ -204,6 +206,6 @@ pub fn register(model: &str) {
         E2E_SECONDS,
         CACHE_SAVED_SECONDS,
     ] {
-        let _ = histogram!(name, "model" => model.clone());
+        let _ = histogram!(name);
     }
 }

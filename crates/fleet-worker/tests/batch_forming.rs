@@ -8,9 +8,9 @@ mod common;
 use common::{ledger, metric_value, send_texts, serial, Broker, Redis, Worker};
 use fleet_proto::clock::now_ms;
 use fleet_proto::ModelName;
-use fleet_worker::batcher::BucketBatcher;
-use fleet_worker::repository;
-use fleet_worker::tokenize::TextTokenizer;
+use fleet_worker::stages::admission::tokenize::TextTokenizer;
+use fleet_worker::stages::batch::bucket::BucketBatcher;
+use fleet_worker::versions::repository;
 use std::time::Duration;
 
 /// Short common words (one token each in MiniLM's vocabulary, though the

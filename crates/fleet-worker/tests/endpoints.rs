@@ -105,6 +105,14 @@ async fn a_worker_serves_health_readiness_and_every_contract_metric() {
     }
     assert_eq!(metric_value(&scrape, "fleet_requests_total", &[("model", "minilm"), ("status", "ok")]), 40.0);
     assert_eq!(metric_value(&scrape, "fleet_worker_ready", &[("model", "minilm")]), 1.0);
+    // The exporter labels every series with the model, lag and decode
+    // bytes included (set once at start, not at each call site).
+    let unlabelled: Vec<&str> = scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter(|l| !l.contains("model=\"minilm\""))
+        .collect();
+    assert!(unlabelled.is_empty(), "series without model=\"minilm\": {unlabelled:?}");
 
     // The dashboard and the alert rules ask only for what exists (GPU
     // series exist on CUDA workers; `up` is Prometheus' own).

@@ -8,7 +8,7 @@ mod common;
 use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient, SendError};
 use fleet_proto::{ContentType, ErrorCode, ModelName, RequestId, Status};
-use fleet_worker::engine::ImageEngine;
+use fleet_worker::stages::engine::torch::ImageModule;
 use image::ImageEncoder;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -48,7 +48,7 @@ fn top(answer: &fleet_proto::Answer) -> (u64, String, f64) {
 fn the_model_gives_pythons_probabilities_on_the_same_pixels() {
     let reference = reference();
     let engine =
-        ImageEngine::load(&version_dir().join("model.pt"), &version_dir().join("labels.txt"), 224, tch::Device::Cpu)
+        ImageModule::load(&version_dir().join("model.pt"), &version_dir().join("labels.txt"), 224, tch::Device::Cpu)
             .unwrap();
     let photos = reference["photos"].as_object().unwrap();
     let pixels: Vec<Vec<u8>> =

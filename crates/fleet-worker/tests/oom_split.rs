@@ -5,12 +5,12 @@
 //! gets unsplit.
 
 use fleet_proto::ModelName;
-use fleet_worker::memory::MemoryGuard;
-use fleet_worker::model::{LoadTarget, Model, ModelInput};
-use fleet_worker::precision::{min_cosine, CpuFeatures};
-use fleet_worker::repository;
-use fleet_worker::split::RowFailure;
-use fleet_worker::tokenize::TextTokenizer;
+use fleet_worker::stages::admission::tokenize::TextTokenizer;
+use fleet_worker::stages::engine::memory::MemoryGuard;
+use fleet_worker::stages::engine::model::{LoadTarget, Model, ModelInput};
+use fleet_worker::stages::engine::precision::{min_cosine, CpuFeatures};
+use fleet_worker::stages::engine::split::RowFailure;
+use fleet_worker::versions::repository;
 use std::path::PathBuf;
 use tch::Device;
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use fleet_worker::tokenize::{TextTokenizer, TokenizeError};
+use fleet_worker::stages::admission::tokenize::{TextTokenizer, TokenizeError};
 
 const CLS: i64 = 101;
 const SEP: i64 = 102;

@@ -1,0 +1,147 @@
+//! The worker's command line and environment (clap): where things are and
+//! how much it may hold. Validated at start; a bad value names its flag.
+
+use clap::Parser;
+use fleet_proto::ModelName;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Parser)]
+#[command(version, about = "Kafka-fed inference worker: one consumer group per model")]
+pub struct WorkerArgs {
+    /// The model to serve: consumes infer.<model> in group fleet.<model>.
+    #[arg(long, env = "FLEET_MODEL")]
+    pub model: ModelName,
+    /// The model repository (models/<model>/config.toml, models/<model>/<version>/).
+    #[arg(long, env = "FLEET_MODEL_REPO", default_value = "models")]
+    pub model_repo: PathBuf,
+    /// Brokers, librdkafka properties (file and flags), TLS and SASL: for
+    /// the consumer and the dead-letter producer.
+    #[command(flatten)]
+    pub kafka: fleet_connect::kafka::KafkaArgs,
+    #[command(flatten)]
+    pub redis: fleet_connect::redis::RedisConfig,
+    /// Where /metrics, /healthz and /ready are served.
+    #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: SocketAddr,
+    /// libtorch intra-op threads; default: one fewer than the cores this
+    /// process may use (cgroup-aware), at least 1. The worker's own threads
+    /// (consumer, tokenizer, Redis writes) and librdkafka's need a core: an
+    /// OpenMP thread they preempt stalls its barrier. Measured on 2 cores,
+    /// bf16, whole path: 1 thread 555-580 texts/s, 2 threads 450-500
+    /// (docs/benchmarks.md).
+    #[arg(long, env = "FLEET_INTRA_OP_THREADS")]
+    pub intra_op_threads: Option<usize>,
+    /// Most messages held between reading and answering; above it the
+    /// worker stops reading (fleet_queue_depth never exceeds it).
+    #[arg(long, env = "FLEET_MAX_IN_FLIGHT", default_value_t = 1024)]
+    pub max_in_flight: usize,
+    /// Most bytes (key + value + headers) held between reading and answering.
+    #[arg(long, env = "FLEET_MAX_IN_FLIGHT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_in_flight_bytes: usize,
+    /// Adaptive in-flight limit: the most it shrinks to (its ceiling is
+    /// --max-in-flight).
+    #[arg(long, env = "FLEET_MIN_IN_FLIGHT", default_value_t = 64)]
+    pub min_in_flight: usize,
+    /// Adaptive in-flight limit: the longest a request should wait inside the
+    /// worker before its batch runs. Batches held longer shrink the limit
+    /// (×0.8), shorter grow it (+1). 0s: a fixed --max-in-flight.
+    #[arg(long, env = "FLEET_IN_FLIGHT_TARGET_WAIT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub in_flight_target_wait: std::time::Duration,
+    /// Reading resumes once both holdings fall to this percentage of their limits.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=99))]
+    pub low_water_percent: u8,
+    /// librdkafka's prefetch cap per assigned partition, KiB
+    /// (queued.max.messages.kbytes: each partition has its own queue).
+    #[arg(long, env = "FLEET_PREFETCH_KBYTES", default_value_t = 2 * 1024)]
+    pub prefetch_kbytes: usize,
+    /// On SIGTERM: how long to finish, write and commit in-flight work
+    /// (keep it below the pod's terminationGracePeriodSeconds).
+    #[arg(long, env = "FLEET_DRAIN_TIMEOUT", default_value = "25s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: std::time::Duration,
+    /// Liveness fails when the worker holds messages and has written no
+    /// answer for longer than this (a stuck sink or engine): Kubernetes
+    /// restarts it instead of leaving its partitions served by nobody.
+    #[arg(long, env = "FLEET_STALL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub stall_timeout: std::time::Duration,
+    /// This worker's name in the backlog report; default: $HOSTNAME (the pod), else pid.
+    #[arg(long, env = "FLEET_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// cpu, cuda, or auto (CUDA when available).
+    #[arg(long, env = "FLEET_DEVICE", default_value = "auto")]
+    pub device: DeviceChoice,
+    /// The CPU features `precision = "auto"` looks for: `auto` reads them
+    /// from /proc/cpuinfo; `none`, or a list such as `avx512_bf16,amx_bf16`,
+    /// says instead (a host that reports features it runs slowly).
+    #[arg(long, env = "FLEET_CPU_FEATURES", default_value = "auto")]
+    pub cpu_features: String,
+    /// Image models: bytes all concurrent decodes may hold together (estimated
+    /// from each header before decoding); a decode waits for room instead.
+    #[arg(long, env = "FLEET_DECODE_BUDGET_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub decode_budget_bytes: u64,
+    /// Image models: most decodes running at once (they also wait for budget).
+    #[arg(long, env = "FLEET_DECODE_THREADS", default_value_t = 2)]
+    pub decode_threads: usize,
+    /// Activation bytes one batch may use, by the model's `[device]` estimate;
+    /// a batch over it is split. Default: none on CPU; on CUDA the device's
+    /// `memory_fraction` minus what the loaded model takes.
+    #[arg(long, env = "FLEET_ENGINE_MEMORY_LIMIT_BYTES")]
+    pub engine_memory_limit_bytes: Option<u64>,
+    /// How often the model repository is checked for a new version or pin.
+    #[arg(long, env = "FLEET_MODEL_POLL_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub model_poll_interval: std::time::Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceChoice {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl WorkerArgs {
+    pub fn worker_id(&self) -> String {
+        self.worker_id
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(|| format!("pid-{}", std::process::id()))
+    }
+
+    /// The librdkafka config: brokers, `--kafka-properties-file`, then
+    /// `--kafka-property` entries. Errors name the file and line, never a
+    /// value (it may be a password).
+    pub fn kafka_config(&self) -> Result<rdkafka::ClientConfig, fleet_connect::kafka::KafkaConfigError> {
+        self.kafka.client_config()
+    }
+
+    pub fn cpu_features(&self) -> crate::stages::engine::precision::CpuFeatures {
+        match self.cpu_features.trim() {
+            "auto" => crate::stages::engine::precision::CpuFeatures::detect(),
+            list => crate::stages::engine::precision::CpuFeatures::from_names(
+                &list.split(',').map(str::trim).collect::<Vec<_>>(),
+            ),
+        }
+    }
+
+    pub fn intra_op_threads(&self) -> usize {
+        self.intra_op_threads
+            .unwrap_or_else(|| default_intra_op_threads(std::thread::available_parallelism().map_or(1, usize::from)))
+            .max(1)
+    }
+}
+
+/// The cores left for the model: all but one for the rest of the worker.
+pub fn default_intra_op_threads(cores: usize) -> usize {
+    cores.saturating_sub(1).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_gets_all_cores_but_one() {
+        assert_eq!((default_intra_op_threads(1), default_intra_op_threads(2)), (1, 1));
+        assert_eq!(default_intra_op_threads(8), 7);
+    }
+}

@@ -1,0 +1,9 @@
+//! The worker's configuration: command line and environment ([`args`],
+//! clap) for where things are, the model's `config.toml` ([`model`]) for
+//! how it is served.
+
+pub mod args;
+pub mod model;
+
+pub use args::{DeviceChoice, WorkerArgs};
+pub use model::{ModelConfig, ModelKind, ModelVersion, Precision};

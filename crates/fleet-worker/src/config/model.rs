@@ -1,0 +1,343 @@
+//! A model's `config.toml` (how it is served: kind, batching, TTLs, device)
+//! and a version of it on disk. Validated at load; a bad value names its key.
+
+use crate::stages::batch::bucket::{default_boundaries, BucketLimits};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    Text,
+    Image,
+}
+
+/// `models/<model>/config.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    /// Serve this version instead of the highest one.
+    pub version: Option<u64>,
+    pub text: Option<TextConfig>,
+    pub image: Option<ImageConfig>,
+    pub batching: BatchingConfig,
+    #[serde(default)]
+    pub ttl: TtlConfig,
+    #[serde(default)]
+    pub device: DeviceConfig,
+}
+
+/// `[device]`: precision and device memory. The memory fraction applies on
+/// CUDA; on CPU the memory limit is `--engine-memory-limit-bytes`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    #[serde(default)]
+    pub precision: Precision,
+    /// Share of the device's memory the worker may use (weights, context and
+    /// batches together).
+    #[serde(default = "default_memory_fraction")]
+    pub memory_fraction: f64,
+    /// Activation memory estimate per batch, for fp32: per row, per token
+    /// (rows × padded length) and per attention cell (rows × padded
+    /// length²). Halved for a version served in bf16 or fp16.
+    #[serde(default)]
+    pub bytes_per_row: u64,
+    #[serde(default)]
+    pub bytes_per_token: u64,
+    #[serde(default)]
+    pub bytes_per_attention_cell: u64,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            precision: Precision::default(),
+            memory_fraction: default_memory_fraction(),
+            bytes_per_row: 0,
+            bytes_per_token: 0,
+            bytes_per_attention_cell: 0,
+        }
+    }
+}
+
+impl DeviceConfig {
+    pub fn activation_cost(&self) -> crate::stages::engine::memory::ActivationCost {
+        crate::stages::engine::memory::ActivationCost {
+            bytes_per_row: self.bytes_per_row,
+            bytes_per_token: self.bytes_per_token,
+            bytes_per_attention_cell: self.bytes_per_attention_cell,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// bf16 on a CPU with AVX-512 BF16 or AMX, fp16 on CUDA, each when its
+    /// outputs match fp32's on real inputs (`precision::choose`); else fp32.
+    #[default]
+    Auto,
+    Fp32,
+    /// bf16 even where its outputs differ from fp32's (logged), or the CPU
+    /// computes it slowly; fp32 only where the model cannot run in it.
+    Bf16,
+    /// fp16, likewise (meant for CUDA).
+    Fp16,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextConfig {
+    pub max_seq_len: usize,
+    #[serde(default = "default_true")]
+    pub truncate: bool,
+    #[serde(default = "default_max_text_bytes")]
+    pub max_text_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageConfig {
+    /// The model's input is `size × size` RGB.
+    pub size: u32,
+    /// Shorter side resized to this, then a centre crop of `size`.
+    pub resize_shorter: u32,
+    #[serde(default = "default_max_image_bytes")]
+    pub max_image_bytes: usize,
+    #[serde(default = "default_max_image_pixels")]
+    pub max_image_pixels: u64,
+    #[serde(default = "default_formats")]
+    pub formats: Vec<String>,
+    #[serde(default = "default_top_k")]
+    pub top_k: usize,
+}
+
+impl ImageConfig {
+    pub fn limits(&self) -> fleet_image::ImageLimits {
+        fleet_image::ImageLimits {
+            max_bytes: self.max_image_bytes,
+            max_pixels: self.max_image_pixels,
+            formats: self.formats.iter().filter_map(|f| fleet_image::Format::from_name(f)).collect(),
+        }
+    }
+
+    pub fn geometry(&self) -> fleet_image::InputGeometry {
+        fleet_image::InputGeometry { resize_shorter: self.resize_shorter, crop: self.size }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchingConfig {
+    pub max_batch_size: usize,
+    /// Rows × padded length per batch (text models; required there).
+    pub max_batch_tokens: Option<usize>,
+    /// Rows × padded length² per batch: the attention memory budget (text
+    /// models; required there).
+    pub max_attention_cells: Option<usize>,
+    /// One wait for every bucket, or one per bucket.
+    pub max_wait_ms: OneOrPerBucket,
+    /// Upper token bounds of the length buckets; default: fine-grained
+    /// bounds up to max_seq_len (`batcher::default_boundaries`).
+    pub buckets: Option<Vec<usize>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrPerBucket {
+    One(u64),
+    PerBucket(Vec<u64>),
+}
+
+impl BatchingConfig {
+    /// The batcher's limits for a model of `max_seq_len` tokens.
+    pub fn limits(&self, max_seq_len: usize) -> BucketLimits {
+        let boundaries = self.buckets.clone().unwrap_or_else(|| default_boundaries(max_seq_len));
+        let max_wait_ms = match &self.max_wait_ms {
+            OneOrPerBucket::One(ms) => vec![*ms; boundaries.len()],
+            OneOrPerBucket::PerBucket(list) => list.clone(),
+        };
+        BucketLimits {
+            boundaries,
+            max_batch_size: self.max_batch_size,
+            // Image models have one shape: only the row limit applies.
+            max_batch_tokens: self.max_batch_tokens.unwrap_or(usize::MAX),
+            max_attention_cells: self.max_attention_cells.unwrap_or(usize::MAX),
+            max_wait_ms,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtlConfig {
+    #[serde(default = "default_request_ttl_ms")]
+    pub request_ttl_ms: u64,
+    #[serde(default = "default_result_ttl_s")]
+    pub result_ttl_s: u64,
+    #[serde(default = "default_feature_ttl_s")]
+    pub feature_ttl_s: u64,
+}
+
+impl Default for TtlConfig {
+    fn default() -> Self {
+        Self {
+            request_ttl_ms: default_request_ttl_ms(),
+            result_ttl_s: default_result_ttl_s(),
+            feature_ttl_s: default_feature_ttl_s(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_max_text_bytes() -> usize {
+    64 * 1024
+}
+fn default_max_image_bytes() -> usize {
+    20_000_000
+}
+fn default_max_image_pixels() -> u64 {
+    50_000_000
+}
+fn default_formats() -> Vec<String> {
+    fleet_image::Format::ALL.iter().map(|f| f.name().to_owned()).collect()
+}
+fn default_top_k() -> usize {
+    5
+}
+fn default_memory_fraction() -> f64 {
+    0.9
+}
+fn default_request_ttl_ms() -> u64 {
+    30_000
+}
+fn default_result_ttl_s() -> u64 {
+    30
+}
+fn default_feature_ttl_s() -> u64 {
+    300
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("{path}: {key} {problem}")]
+    Invalid { path: PathBuf, key: &'static str, problem: String },
+}
+
+impl ModelConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let raw =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let config: Self =
+            toml::from_str(&raw).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+        config.validate().map_err(|(key, problem)| ConfigError::Invalid { path: path.to_owned(), key, problem })?;
+        Ok(config)
+    }
+
+    /// The text section; validation guarantees it for text models.
+    pub fn text(&self) -> Option<&TextConfig> {
+        self.text.as_ref()
+    }
+
+    /// The image section; validation guarantees it for image models.
+    pub fn image(&self) -> Option<&ImageConfig> {
+        self.image.as_ref()
+    }
+
+    /// The longest input in batcher units: tokens for text, 1 for an image.
+    pub fn max_input_len(&self) -> usize {
+        self.text.as_ref().map_or(1, |t| t.max_seq_len)
+    }
+
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.kind == ModelKind::Text {
+            let Some(text) = &self.text else {
+                return Err(("text", "section is required for kind = \"text\"".into()));
+            };
+            if !(2..=8192).contains(&text.max_seq_len) {
+                return Err(("text.max_seq_len", format!("= {} must be within 2..=8192", text.max_seq_len)));
+            }
+            if text.max_text_bytes == 0 {
+                return Err(("text.max_text_bytes", "must be above 0".into()));
+            }
+            if self.batching.max_batch_tokens.is_none() {
+                return Err(("batching.max_batch_tokens", "is required for text models".into()));
+            }
+            if self.batching.max_attention_cells.is_none() {
+                return Err(("batching.max_attention_cells", "is required for text models".into()));
+            }
+        }
+        if self.kind == ModelKind::Image {
+            let Some(image) = &self.image else {
+                return Err(("image", "section is required for kind = \"image\"".into()));
+            };
+            if !(1..=4096).contains(&image.size) || image.resize_shorter < image.size {
+                return Err(("image.size", "must be within 1..=4096 and at most image.resize_shorter".into()));
+            }
+            if let Some(bad) = image.formats.iter().find(|f| fleet_image::Format::from_name(f).is_none()) {
+                return Err(("image.formats", format!("has {bad:?}; known: jpeg, png, webp")));
+            }
+            if image.formats.is_empty() || image.max_image_bytes == 0 || image.max_image_pixels == 0 {
+                return Err((
+                    "image",
+                    "formats, max_image_bytes and max_image_pixels must be non-empty/above 0".into(),
+                ));
+            }
+            if !(1..=1000).contains(&image.top_k) {
+                return Err(("image.top_k", "must be within 1..=1000".into()));
+            }
+        }
+        if !(1..=4096).contains(&self.batching.max_batch_size) {
+            return Err((
+                "batching.max_batch_size",
+                format!("= {} must be within 1..=4096", self.batching.max_batch_size),
+            ));
+        }
+        let max_seq_len = self.max_input_len();
+        let limits = self.batching.limits(max_seq_len);
+        if limits.max_wait_ms.iter().any(|&ms| ms > 60_000) {
+            return Err(("batching.max_wait_ms", "must be at most 60000".into()));
+        }
+        limits.validate(max_seq_len).map_err(|e| (e.key, e.problem))?;
+        if !(self.device.memory_fraction > 0.0 && self.device.memory_fraction <= 1.0) {
+            return Err(("device.memory_fraction", format!("= {} must be within (0, 1]", self.device.memory_fraction)));
+        }
+        for (key, value) in [
+            ("ttl.request_ttl_ms", self.ttl.request_ttl_ms),
+            ("ttl.result_ttl_s", self.ttl.result_ttl_s),
+            ("ttl.feature_ttl_s", self.ttl.feature_ttl_s),
+        ] {
+            if value == 0 {
+                return Err((key, "must be above 0".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One version of a model on disk (`models/<model>/<version>/`), with the
+/// model's config, ready to be loaded.
+#[derive(Debug, Clone)]
+pub struct ModelVersion {
+    pub name: fleet_proto::ModelName,
+    pub version: u64,
+    pub dir: PathBuf,
+    pub config: ModelConfig,
+}
+
+impl ModelVersion {
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,98 @@
+//! One image on its way from encoded bytes to a job: its memory reserved
+//! from the decode budget (waiting while the budget is spent holds up the
+//! reading: backpressure, not buffering), a decode slot taken, the decode run
+//! on a blocking thread; then the job, or an error answer, goes on.
+
+use super::intake::Decoding;
+use crate::guard::{self, Stage};
+use crate::job::{error_answer, Finished, Job, SinkItem};
+use crate::serving::ServingVersion;
+use crate::stages::engine::model::ModelInput;
+use crate::stages::source::message::Position;
+use fleet_image::{Header, ImageError};
+use fleet_proto::clock::now_ms;
+use fleet_proto::{ErrorCode, ModelName, RequestId};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// The stable answer code for each way an image is refused.
+pub fn image_error_code(error: &ImageError) -> ErrorCode {
+    match error {
+        ImageError::TooLarge(_) => ErrorCode::ImageTooLarge,
+        ImageError::Unsupported(_) => ErrorCode::UnsupportedFormat,
+        ImageError::Malformed(_) => ErrorCode::DecodeFailed,
+    }
+}
+
+/// An admitted image: its header passed the limits; the bytes are decoded next.
+#[derive(Debug)]
+pub struct ImageDecode {
+    pub position: Position,
+    pub id: RequestId,
+    pub created_ms: u64,
+    pub deadline_ms: u64,
+    /// Probed from the bytes: format and canvas size.
+    pub header: Header,
+    pub bytes: Vec<u8>,
+    pub decoding: Decoding,
+}
+
+/// Where a decode's outcome goes, and what an answer is tagged with.
+#[derive(Clone)]
+pub struct DecodeOutlets {
+    pub model: ModelName,
+    pub serving: ServingVersion,
+    pub jobs: mpsc::Sender<Job>,
+    pub sink: mpsc::Sender<SinkItem>,
+}
+
+impl ImageDecode {
+    /// Reserves the decode's memory and a slot, then decodes on a blocking
+    /// thread in `running`; false when the pipeline is closed.
+    pub async fn start(mut self, out: &DecodeOutlets, running: &mut JoinSet<()>) -> bool {
+        let cost = self.header.decode_cost(self.decoding.geometry.resize_shorter);
+        let reservation = match self.decoding.budget.reserve(cost).await {
+            Ok(reservation) => reservation,
+            Err(over) => {
+                let answer = self.refusal(out, ErrorCode::ImageTooLarge, over.to_string());
+                return out.sink.send(SinkItem::Answers(vec![answer])).await.is_ok();
+            }
+        };
+        let Ok(slot) = self.decoding.slots.clone().acquire_owned().await else { return false };
+        let out = out.clone();
+        running.spawn(async move {
+            // The bytes move to the decode thread and are freed with it.
+            let bytes = std::mem::take(&mut self.bytes);
+            let (header, geometry) = (self.header, self.decoding.geometry);
+            let decoded = tokio::task::spawn_blocking(move || {
+                let _held = (reservation, slot);
+                let image = fleet_image::decode(&bytes, &header, geometry.resize_shorter)?;
+                fleet_image::model_input(&image, geometry)
+            })
+            .await;
+            let answer = match decoded {
+                Ok(Ok(pixels)) => {
+                    let input = ModelInput::Pixels(pixels);
+                    let job = Job::new(self.position, self.id, input, self.created_ms, self.deadline_ms);
+                    let _ = out.jobs.send(job).await;
+                    return;
+                }
+                Ok(Err(e)) => self.refusal(&out, image_error_code(&e), e.to_string()),
+                Err(e) => {
+                    let panic =
+                        if e.is_panic() { guard::panic_message(e.into_panic().as_ref()) } else { e.to_string() };
+                    guard::record(Stage::Decode, &panic);
+                    self.refusal(&out, ErrorCode::DecodeFailed, format!("the decoder failed: {panic}"))
+                }
+            };
+            let _ = out.sink.send(SinkItem::Answers(vec![answer])).await;
+        });
+        true
+    }
+
+    fn refusal(&self, out: &DecodeOutlets, code: ErrorCode, message: String) -> Finished {
+        let answer =
+            error_answer(out.model.as_str(), out.serving.get(), code, message, Some(self.created_ms), now_ms());
+        Finished { position: self.position.clone(), id: self.id.clone(), answer, feature: None }
+    }
+}

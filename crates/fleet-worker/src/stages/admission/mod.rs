@@ -1,0 +1,193 @@
+//! The admission stage: reads the source's messages while the worker may
+//! hold more, and sends each where [`policy`] decides: a job to the batch
+//! stage, an image to its decode, an answer or a dead letter to the sink.
+//!
+//! What it may hold is bounded here and only here: the [`flow`] gate's
+//! message and byte limits, the message limit moved by the adaptive
+//! [`in_flight_limit`] (fed by the engine's timing of each batch), and a
+//! stop while the sink reports a write no retry cures. A bound reached
+//! means not reading, never buffering: each partition's capped prefetch
+//! fills and the broker keeps the rest (docs/operations.md §2).
+//!
+//! Inside: [`intake`] (how each model kind takes its inputs), [`tokenize`],
+//! [`image`] (decodes under the [`decode_budget`]).
+
+pub mod decode_budget;
+pub mod flow;
+pub mod image;
+pub mod in_flight_limit;
+pub mod intake;
+pub mod policy;
+pub mod tokenize;
+
+use crate::guard::{self, Stage};
+use crate::job::{error_answer, DeadLetter, Finished, Job, SinkItem, PREPARE_PANICKED};
+use crate::metrics::{CONSUMER_PAUSED, IN_FLIGHT_LIMIT, TTL_DROPPED_TOTAL};
+use crate::shutdown::Shutdown;
+use crate::stages::engine::HeldFeedback;
+use crate::stages::source::message::Inbound;
+use crate::stages::source::Inbox;
+use crate::status::health::Health;
+use fleet_proto::clock::now_ms;
+use fleet_proto::{ErrorCode, Status};
+use flow::{FlowGate, FlowLimits, Transition};
+use image::DecodeOutlets;
+use in_flight_limit::InFlightLimit;
+use policy::{AdmissionPolicy, Admitted};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// How often an idle stage looks at its bounds again.
+const GATE_RECHECK: Duration = Duration::from_millis(250);
+/// How often a paused stage does.
+const PAUSED_RECHECK: Duration = Duration::from_millis(20);
+
+/// Why the admission stage ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Shutdown,
+    /// A stage after it, or the source, is gone: the worker cannot go on.
+    PipelineClosed,
+}
+
+pub struct AdmissionStage {
+    pub inbox: Inbox,
+    pub policy: AdmissionPolicy,
+    pub flow: FlowLimits,
+    /// The adaptive in-flight limit; `None`: fixed at the flow's limit.
+    pub in_flight: Option<InFlightLimit>,
+    /// How long each batch's oldest request had been held: what moves it.
+    pub held: mpsc::UnboundedReceiver<HeldFeedback>,
+    /// The sink's health: a write failure no retry cures stops the reading.
+    pub health: Arc<Health>,
+    pub jobs: mpsc::Sender<Job>,
+    pub sink: mpsc::Sender<SinkItem>,
+    pub shutdown: Shutdown,
+}
+
+impl AdmissionStage {
+    /// Reads until shutdown (or until the pipeline closes), then waits for
+    /// the image decodes it started.
+    pub async fn run(mut self) -> Ended {
+        let mut decodes = JoinSet::new();
+        let ended = self.read(&mut decodes).await;
+        while decodes.join_next().await.is_some() {}
+        ended
+    }
+
+    async fn read(&mut self, decodes: &mut JoinSet<()>) -> Ended {
+        let mut gate = FlowGate::new(self.flow);
+        let paused_gauge = metrics::gauge!(CONSUMER_PAUSED);
+        let outlets = DecodeOutlets {
+            model: self.policy.model.clone(),
+            serving: self.policy.serving.clone(),
+            jobs: self.jobs.clone(),
+            sink: self.sink.clone(),
+        };
+        metrics::gauge!(IN_FLIGHT_LIMIT).set(self.flow.max_messages as f64);
+        let mut blocked = false;
+        loop {
+            self.apply_feedback(&mut gate);
+            let (messages, bytes) = self.inbox.held();
+            match gate.update(messages, bytes) {
+                Some(Transition::Pause) => tracing::info!(messages, bytes, "in-flight limit reached; reading stops"),
+                Some(Transition::Resume) => tracing::info!(messages, bytes, "below the low-water mark; reading again"),
+                None => {}
+            }
+            if self.health.sink_blocked() != blocked {
+                blocked = !blocked;
+                if blocked {
+                    tracing::error!("a write no retry cures is failing; reading stops until it works (see /ready)");
+                } else {
+                    tracing::info!("writes work again; reading again");
+                }
+            }
+            let paused = gate.is_paused() || blocked;
+            paused_gauge.set(if paused { 1.0 } else { 0.0 });
+            if paused {
+                // Not `consumer.pause()`: not reading lets each partition's
+                // capped prefetch fill and stop fetching, and resuming needs
+                // no refetch. The source's own task serves the group
+                // protocol meanwhile.
+                tokio::select! {
+                    _ = self.shutdown.recv() => return Ended::Shutdown,
+                    _ = tokio::time::sleep(PAUSED_RECHECK) => {}
+                }
+                continue;
+            }
+            let inbound = tokio::select! {
+                _ = self.shutdown.recv() => return Ended::Shutdown,
+                received = self.inbox.recv() => match received {
+                    Some(inbound) => inbound,
+                    None => return Ended::PipelineClosed,
+                },
+                // Looks at the bounds again now and then while nothing
+                // arrives (`recv` is cancel-safe: nothing is lost).
+                _ = tokio::time::sleep(GATE_RECHECK) => continue,
+            };
+            let span = tracing::debug_span!(
+                "message",
+                partition = inbound.position.partition,
+                offset = inbound.position.offset
+            );
+            let admitted = span.in_scope(|| admit_contained(&self.policy, inbound, now_ms()));
+            if !self.hand_on(admitted, &outlets, decodes).await {
+                tracing::error!("pipeline closed under the admission stage; stopping");
+                return Ended::PipelineClosed;
+            }
+        }
+    }
+
+    /// Moves the message limit by the batches timed since the last look.
+    fn apply_feedback(&mut self, gate: &mut FlowGate) {
+        while let Ok(held) = self.held.try_recv() {
+            if let Some(limit) = self.in_flight.as_mut() {
+                let now = limit.observe(held.held_ms, held.first_read_ms, now_ms());
+                gate.set_max_messages(now);
+                metrics::gauge!(IN_FLIGHT_LIMIT).set(now as f64);
+            }
+        }
+    }
+
+    /// Sends an admitted message on; false when the pipeline is closed.
+    async fn hand_on(&self, admitted: Admitted, outlets: &DecodeOutlets, decodes: &mut JoinSet<()>) -> bool {
+        match admitted {
+            Admitted::Job(job) => self.jobs.send(job).await.is_ok(),
+            Admitted::Decode(decode) => decode.start(outlets, decodes).await,
+            Admitted::Answer(finished) => {
+                if finished.answer.status == Status::Expired {
+                    metrics::counter!(TTL_DROPPED_TOTAL).increment(1);
+                }
+                self.sink.send(SinkItem::Answers(vec![finished])).await.is_ok()
+            }
+            Admitted::DeadLetter(letter) => self.sink.send(SinkItem::DeadLetter(Box::new(letter))).await.is_ok(),
+        }
+    }
+}
+
+/// Admits one message; a panic anywhere in it becomes that message's
+/// `internal_error` answer, or a dead letter when it has no readable id. The
+/// message is borrowed by the work and owned here, so it is still whole
+/// when the work panics.
+fn admit_contained(policy: &AdmissionPolicy, mut inbound: Inbound, now: u64) -> Admitted {
+    match guard::contain(Stage::Prepare, || policy.admit(&mut inbound, now)) {
+        Ok(admitted) => admitted,
+        Err(panic) => {
+            let detail = format!("preparing the request failed: {panic}");
+            let id = guard::contain(Stage::Prepare, || {
+                let ce_id = inbound.header_pairs().find(|(n, _)| n.eq_ignore_ascii_case(fleet_proto::headers::ID));
+                fleet_proto::envelope::readable_id(inbound.key.as_deref(), ce_id.and_then(|(_, v)| v))
+            });
+            match id {
+                Ok(Some(id)) => {
+                    let (model, version) = (policy.model.as_str(), policy.serving.get());
+                    let answer = error_answer(model, version, ErrorCode::InternalError, detail, None, now);
+                    Admitted::Answer(Finished { position: inbound.position, id, answer, feature: None })
+                }
+                _ => Admitted::DeadLetter(DeadLetter::of_message(inbound, PREPARE_PANICKED, detail)),
+            }
+        }
+    }
+}

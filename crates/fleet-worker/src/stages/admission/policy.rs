@@ -1,0 +1,181 @@
+//! Admission: the first decision about every consumed message, before any
+//! compute. A message becomes a job (a text, tokenized), an image to decode,
+//! an answer to write at once (`error` with a stable code, or `expired`), or
+//! — when no request id can be read, so no answer has an address — a dead
+//! letter. Deterministic (the caller passes `now`), and the same for every
+//! model kind: only the [`Intake`] differs.
+//!
+//! Images are judged here from their header alone (format, declared type,
+//! canvas size), so nothing over the model's limits is ever decoded.
+
+use super::image::{image_error_code, ImageDecode};
+use super::intake::Intake;
+use super::tokenize::{TextTokenizer, TokenizeError};
+use crate::job::{error_answer, timings, DeadLetter, Finished, Job, MALFORMED_HEADER};
+use crate::serving::ServingVersion;
+use crate::stages::engine::model::ModelInput;
+use crate::stages::source::message::{Inbound, Position};
+use fleet_image::{Format, ImageLimits};
+use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId};
+
+/// What admission needs to know about the model it admits for.
+pub struct AdmissionPolicy {
+    pub model: ModelName,
+    /// The version answers are tagged with (swapped while serving).
+    pub serving: ServingVersion,
+    pub intake: Intake,
+    /// The deadline when the producer set none: `ce_time` + this.
+    pub request_ttl_ms: u64,
+}
+
+/// Where an admitted message goes next.
+#[derive(Debug)]
+pub enum Admitted {
+    /// Ready for a batch.
+    Job(Job),
+    /// An image whose header passed: decoded next, under the budget.
+    Decode(ImageDecode),
+    /// Answered without compute: an `error` or `expired` answer.
+    Answer(Finished),
+    /// No readable request id: only the dead-letter topic can take it.
+    DeadLetter(DeadLetter),
+}
+
+/// One message's request, once its envelope is read and its deadline known.
+struct Request<'a> {
+    position: Position,
+    envelope: Envelope,
+    deadline_ms: u64,
+    payload: &'a [u8],
+    now_ms: u64,
+}
+
+impl AdmissionPolicy {
+    /// Decides where `inbound` goes. What goes on with it (the image's
+    /// bytes, or the whole message as a dead letter) is moved out of it.
+    pub fn admit(&self, inbound: &mut Inbound, now_ms: u64) -> Admitted {
+        let position = inbound.position.clone();
+        if let Some(malformed) = inbound.malformed_header() {
+            let ce_id = inbound.header_pairs().find(|(name, _)| name.eq_ignore_ascii_case(fleet_proto::headers::ID));
+            return match fleet_proto::envelope::readable_id(inbound.key.as_deref(), ce_id.and_then(|(_, v)| v)) {
+                Some(id) => self.refuse(position, id, ErrorCode::BadRequest, malformed.to_string(), None, now_ms),
+                None => dead_letter(inbound, MALFORMED_HEADER, malformed.to_string()),
+            };
+        }
+        let envelope = match Envelope::parse(inbound.key.as_deref(), inbound.header_pairs()) {
+            Ok(envelope) => envelope,
+            Err(rejection) => {
+                return match rejection.id.clone() {
+                    Some(id) => self.refuse(position, id, rejection.code, rejection.message, None, now_ms),
+                    None => dead_letter(inbound, rejection.dlq_reason(), rejection.message),
+                }
+            }
+        };
+        let deadline_ms = envelope.effective_deadline_ms(self.request_ttl_ms);
+        if deadline_ms <= now_ms {
+            let t = timings(Some(envelope.created_ms), None, now_ms);
+            let answer = Answer::expired(self.model.as_str(), self.serving.get(), t);
+            return Admitted::Answer(Finished { position, id: envelope.id, answer, feature: None });
+        }
+        let payload = inbound.payload.as_deref().unwrap_or_default();
+        let request = Request { position, envelope, deadline_ms, payload, now_ms };
+        match &self.intake {
+            Intake::Text { max_text_bytes, tokenizer } => self.admit_text(request, *max_text_bytes, tokenizer),
+            Intake::Image { limits, decoding } => match probe_image(&self.model, &request, limits) {
+                Ok(header) => {
+                    let Request { position, envelope, deadline_ms, .. } = request;
+                    Admitted::Decode(ImageDecode {
+                        position,
+                        id: envelope.id,
+                        created_ms: envelope.created_ms,
+                        deadline_ms,
+                        header,
+                        bytes: inbound.payload.take().unwrap_or_default(),
+                        decoding: decoding.clone(),
+                    })
+                }
+                Err((code, message)) => self.refuse_request(&request, code, message),
+            },
+        }
+    }
+
+    fn admit_text(&self, request: Request<'_>, max_text_bytes: usize, tokenizer: &TextTokenizer) -> Admitted {
+        let payload = request.payload;
+        if request.envelope.content_type != ContentType::Text {
+            let message = format!("{} serves text, not {}", self.model, request.envelope.content_type);
+            return self.refuse_request(&request, ErrorCode::UnsupportedFormat, message);
+        }
+        if payload.len() > max_text_bytes {
+            let message = format!("text is {} bytes, at most {max_text_bytes} allowed", payload.len());
+            return self.refuse_request(&request, ErrorCode::TextTooLong, message);
+        }
+        let text = match std::str::from_utf8(payload) {
+            Ok(text) => text,
+            Err(e) => {
+                let message = format!("text is not UTF-8 (invalid byte at {})", e.valid_up_to());
+                return self.refuse_request(&request, ErrorCode::DecodeFailed, message);
+            }
+        };
+        if text.trim().is_empty() {
+            return self.refuse_request(&request, ErrorCode::EmptyInput, "text is empty".into());
+        }
+        match tokenizer.tokenize(text) {
+            Ok(tokens) => {
+                let input = ModelInput::Tokens { ids: tokens.ids, truncated: tokens.truncated };
+                let Request { position, envelope, deadline_ms, .. } = request;
+                Admitted::Job(Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms))
+            }
+            Err(e) => {
+                let code = match e {
+                    TokenizeError::TooLong { .. } => ErrorCode::TextTooLong,
+                    _ => ErrorCode::DecodeFailed,
+                };
+                self.refuse_request(&request, code, e.to_string())
+            }
+        }
+    }
+
+    fn refuse_request(&self, request: &Request<'_>, code: ErrorCode, message: String) -> Admitted {
+        let (position, id) = (request.position.clone(), request.envelope.id.clone());
+        self.refuse(position, id, code, message, Some(request.envelope.created_ms), request.now_ms)
+    }
+
+    fn refuse(
+        &self,
+        position: Position,
+        id: RequestId,
+        code: ErrorCode,
+        message: String,
+        created_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Admitted {
+        let answer = error_answer(self.model.as_str(), self.serving.get(), code, message, created_ms, now_ms);
+        Admitted::Answer(Finished { position, id, answer, feature: None })
+    }
+}
+
+/// The image's header, probed from its bytes, when it is within the model's
+/// limits; else why not.
+fn probe_image(
+    model: &ModelName,
+    request: &Request<'_>,
+    limits: &ImageLimits,
+) -> Result<fleet_image::Header, (ErrorCode, String)> {
+    let content_type = &request.envelope.content_type;
+    let Some(declared) = Format::from_mime(content_type.as_str()) else {
+        return Err((ErrorCode::UnsupportedFormat, format!("{model} serves images, not {content_type}")));
+    };
+    if request.payload.is_empty() {
+        return Err((ErrorCode::EmptyInput, "image is empty".into()));
+    }
+    fleet_image::probe(request.payload, Some(declared), limits).map_err(|e| (image_error_code(&e), e.to_string()))
+}
+
+/// The whole message as a dead letter; what stays behind is its position.
+fn dead_letter(inbound: &mut Inbound, reason: &'static str, detail: String) -> Admitted {
+    let empty = Inbound { position: inbound.position.clone(), key: None, headers: Vec::new(), payload: None };
+    Admitted::DeadLetter(DeadLetter::of_message(std::mem::replace(inbound, empty), reason, detail))
+}
+
+#[cfg(test)]
+mod tests;

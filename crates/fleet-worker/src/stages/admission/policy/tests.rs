@@ -1,0 +1,226 @@
+use super::*;
+use crate::stages::admission::decode_budget::DecodeBudget;
+use crate::stages::admission::intake::Decoding;
+use crate::stages::source::message::RawHeader;
+use fleet_image::InputGeometry;
+use fleet_proto::{headers as h, Status};
+use std::sync::Arc;
+
+const NOW: u64 = 1_764_000_001_000;
+
+/// A real tokenizer of a few words (whitespace-split, one id per word),
+/// made in the test: the model repository's are installed by setup.
+fn word_tokenizer(max_seq_len: usize) -> TextTokenizer {
+    let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+        "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+        "model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"there":2,"a":3,"caption":4},
+        "unk_token":"[UNK]"}}"#;
+    TextTokenizer::from_bytes(std::path::Path::new("words.json"), json.as_bytes(), max_seq_len, false).unwrap()
+}
+
+fn policy_with(intake: Intake) -> AdmissionPolicy {
+    AdmissionPolicy {
+        model: ModelName::parse("minilm").unwrap(),
+        serving: ServingVersion::new(4),
+        intake,
+        request_ttl_ms: 30_000,
+    }
+}
+
+fn policy() -> AdmissionPolicy {
+    policy_with(Intake::Text { max_text_bytes: 64, tokenizer: Box::new(word_tokenizer(8)) })
+}
+
+fn image_policy() -> AdmissionPolicy {
+    let limits = ImageLimits { max_bytes: 1000, max_pixels: 10, formats: vec![Format::Png] };
+    let decoding = Decoding {
+        geometry: InputGeometry { resize_shorter: 3, crop: 3 },
+        budget: DecodeBudget::new(1 << 20),
+        slots: Arc::new(tokio::sync::Semaphore::new(1)),
+    };
+    policy_with(Intake::Image { limits, decoding })
+}
+
+fn png(width: u32, height: u32) -> Vec<u8> {
+    use image::ImageEncoder;
+    let mut out = Vec::new();
+    let pixels = vec![128u8; (width * height * 3) as usize];
+    image::codecs::png::PngEncoder::new(&mut out)
+        .write_image(&pixels, width, height, image::ExtendedColorType::Rgb8)
+        .unwrap();
+    out
+}
+
+fn envelope(content_type: ContentType) -> Envelope {
+    Envelope {
+        id: RequestId::parse("r1").unwrap(),
+        source: "test".into(),
+        created_ms: NOW - 1_000,
+        content_type,
+        deadline_ms: None,
+        parts: 1,
+    }
+}
+
+fn inbound(envelope: &Envelope, payload: &[u8]) -> Inbound {
+    Inbound {
+        position: Position { partition: 0, offset: 7, generation: 1 },
+        key: Some(envelope.id.as_str().as_bytes().to_vec()),
+        headers: envelope.to_headers().into_iter().map(|(k, v)| RawHeader::new(k, Some(v.into_bytes()))).collect(),
+        payload: Some(payload.to_vec()),
+    }
+}
+
+fn admit(policy: &AdmissionPolicy, mut message: Inbound) -> Admitted {
+    policy.admit(&mut message, NOW)
+}
+
+fn error_code(admitted: Admitted) -> ErrorCode {
+    match admitted {
+        Admitted::Answer(Finished { answer, position, .. }) => {
+            assert_eq!(answer.status, Status::Error);
+            assert_eq!((answer.model.as_str(), answer.version), ("minilm", 4));
+            assert_eq!(position.offset, 7, "the answer keeps its message's position");
+            answer.error.unwrap().code
+        }
+        other => panic!("expected an error answer, got {other:?}"),
+    }
+}
+
+#[test]
+fn admits_valid_text_tokenized_with_its_deadline() {
+    match admit(&policy(), inbound(&envelope(ContentType::Text), "hello there".as_bytes())) {
+        Admitted::Job(job) => {
+            assert_eq!(job.input, ModelInput::Tokens { ids: vec![1, 2], truncated: false });
+            assert_eq!(job.deadline_ms, NOW - 1_000 + 30_000);
+            assert_eq!((job.id.as_str(), job.position.offset), ("r1", 7));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn each_bad_input_gets_its_stable_code() {
+    let p = policy();
+    let text = envelope(ContentType::Text);
+    assert_eq!(error_code(admit(&p, inbound(&text, b""))), ErrorCode::EmptyInput);
+    assert_eq!(error_code(admit(&p, inbound(&text, b" \n\t "))), ErrorCode::EmptyInput);
+    assert_eq!(error_code(admit(&p, inbound(&text, b"caf\xe9"))), ErrorCode::DecodeFailed);
+    assert_eq!(error_code(admit(&p, inbound(&text, &[b'a'; 65]))), ErrorCode::TextTooLong);
+    let image = envelope(ContentType::Png);
+    assert_eq!(error_code(admit(&p, inbound(&image, b"\x89PNG"))), ErrorCode::UnsupportedFormat);
+
+    let mut no_time = inbound(&text, b"hi");
+    no_time.headers.retain(|header| header.name != h::TIME.as_bytes());
+    assert_eq!(error_code(admit(&p, no_time)), ErrorCode::BadRequest);
+    let mut unknown_type = inbound(&text, b"hi");
+    for header in &mut unknown_type.headers {
+        if header.name == h::CONTENT_TYPE.as_bytes() {
+            header.value = Some(b"application/x-thing".to_vec());
+        }
+    }
+    assert_eq!(error_code(admit(&p, unknown_type)), ErrorCode::UnsupportedFormat);
+    let mut no_payload = inbound(&text, b"");
+    no_payload.payload = None;
+    assert_eq!(error_code(admit(&p, no_payload)), ErrorCode::EmptyInput);
+}
+
+#[test]
+fn admits_an_image_within_limits_with_its_header_and_bytes() {
+    let bytes = png(3, 3);
+    let mut message = inbound(&envelope(ContentType::Png), &bytes);
+    match image_policy().admit(&mut message, NOW) {
+        Admitted::Decode(decode) => {
+            assert_eq!((decode.header.format, decode.header.width, decode.header.height), (Format::Png, 3, 3));
+            assert_eq!(decode.bytes, bytes);
+            assert_eq!(decode.deadline_ms, NOW - 1_000 + 30_000);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(message.payload.is_none(), "the bytes moved on with the decode, not copied");
+}
+
+#[test]
+fn images_are_judged_by_their_header_before_any_decode() {
+    let p = image_policy();
+    let declared_png = envelope(ContentType::Png);
+    assert_eq!(error_code(admit(&p, inbound(&declared_png, b""))), ErrorCode::EmptyInput);
+    assert_eq!(error_code(admit(&p, inbound(&declared_png, &[0u8; 1001]))), ErrorCode::ImageTooLarge);
+    assert_eq!(error_code(admit(&p, inbound(&declared_png, &png(4, 4)))), ErrorCode::ImageTooLarge);
+    assert_eq!(error_code(admit(&p, inbound(&declared_png, b"GIF89a...."))), ErrorCode::UnsupportedFormat);
+    assert_eq!(error_code(admit(&p, inbound(&declared_png, &png(3, 3)[..40]))), ErrorCode::DecodeFailed);
+    let jpeg = envelope(ContentType::Jpeg);
+    assert_eq!(error_code(admit(&p, inbound(&jpeg, &png(3, 3)))), ErrorCode::UnsupportedFormat);
+    let text = envelope(ContentType::Text);
+    assert_eq!(error_code(admit(&p, inbound(&text, b"a caption"))), ErrorCode::UnsupportedFormat);
+}
+
+fn expired(admitted: Admitted) -> bool {
+    matches!(admitted, Admitted::Answer(Finished { answer, .. }) if answer.status == Status::Expired)
+}
+
+#[test]
+fn past_deadline_is_expired_before_any_other_check() {
+    let mut env = envelope(ContentType::Text);
+    env.deadline_ms = Some(NOW);
+    assert!(expired(admit(&policy(), inbound(&env, b""))));
+}
+
+#[test]
+fn unreadable_id_goes_to_the_dead_letter_topic_whole() {
+    let mut msg = inbound(&envelope(ContentType::Text), b"hi");
+    msg.key = None;
+    msg.headers.retain(|header| header.name != h::ID.as_bytes());
+    match admit(&policy(), msg.clone()) {
+        Admitted::DeadLetter(letter) => {
+            assert_eq!(letter.reason, "unreadable_request_id");
+            assert_eq!((letter.payload.as_deref(), letter.headers.len()), (Some(&b"hi"[..]), msg.headers.len()));
+        }
+        other => panic!("{other:?}"),
+    }
+    msg.headers.clear();
+    msg.key = Some(b"bad key!".to_vec());
+    assert!(matches!(admit(&policy(), msg), Admitted::DeadLetter(_)));
+}
+
+#[test]
+fn a_header_name_that_is_not_utf8_is_a_bad_request_or_a_dead_letter() {
+    let mut msg = inbound(&envelope(ContentType::Text), b"hi");
+    msg.headers.push(RawHeader::new(b"x-\xff".to_vec(), Some(b"v".to_vec())));
+    assert_eq!(error_code(admit(&policy(), msg.clone())), ErrorCode::BadRequest);
+    // Without the key, ce_id still gives the answer an address.
+    msg.key = None;
+    assert_eq!(error_code(admit(&policy(), msg.clone())), ErrorCode::BadRequest);
+    msg.headers.retain(|header| header.name != h::ID.as_bytes());
+    match admit(&policy(), msg) {
+        Admitted::DeadLetter(letter) => {
+            assert_eq!(letter.reason, MALFORMED_HEADER);
+            assert!(letter.detail.contains("x-\\xff"), "{}", letter.detail);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn times_at_the_numeric_extremes_are_answered_not_overflowed() {
+    let p = policy();
+    let mut far = envelope(ContentType::Text);
+    far.deadline_ms = Some(u64::MAX);
+    assert!(matches!(admit(&p, inbound(&far, b"hello")), Admitted::Job(_)));
+    let mut past = envelope(ContentType::Text);
+    past.deadline_ms = Some(0);
+    assert!(expired(admit(&p, inbound(&past, b"hello"))));
+    let mut huge = inbound(&envelope(ContentType::Text), b"hello");
+    for header in &mut huge.headers {
+        if header.name == h::TIME.as_bytes() {
+            header.value = Some(b"9999-12-31T23:59:59.999Z".to_vec());
+        }
+    }
+    huge.headers.push(RawHeader::new(h::DEADLINE, Some(b"99999999999999999999999".to_vec())));
+    assert_eq!(error_code(admit(&p, huge.clone())), ErrorCode::BadRequest);
+    huge.headers.pop();
+    match admit(&p, huge) {
+        Admitted::Job(job) => assert!(job.deadline_ms > NOW),
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,356 @@
+//! The bucket batcher: pure batch forming, no I/O, no clock (the caller
+//! passes `now_ms`). The best-tested code of the worker.
+//!
+//! Padding every row of a batch to its longest row wastes compute on short
+//! texts, and attention memory grows with rows × length², so one long text in
+//! a batch of short ones costs both time and (GPU) memory. Requests are
+//! therefore held in buckets by token length; a batch holds one bucket only
+//! and is padded to its longest member (not to the bucket edge), and every
+//! batch stays within three budgets: rows (`max_batch_size`), computed
+//! tokens (rows × padded length, `max_batch_tokens`) and attention cells
+//! (rows × padded length², `max_attention_cells`). A single request always
+//! forms a batch on its own, whatever its length.
+//!
+//! A bucket is due when its next batch is full or its oldest request has
+//! waited the bucket's `max_wait_ms`. Of the due buckets, the one holding the
+//! earliest deadline goes first. A request whose deadline has passed, or
+//! cannot be met given the measured inference time of its bucket, leaves as
+//! expired and is never handed to the model. Within a bucket, order is FIFO.
+
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketLimits {
+    /// Upper token bounds of the buckets, ascending. A request goes to the
+    /// first bucket whose bound is ≥ its length; longer ones to the last.
+    pub boundaries: Vec<usize>,
+    pub max_batch_size: usize,
+    pub max_batch_tokens: usize,
+    pub max_attention_cells: usize,
+    /// One value per bucket.
+    pub max_wait_ms: Vec<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key} {problem}")]
+pub struct InvalidLimits {
+    pub key: &'static str,
+    pub problem: String,
+}
+
+impl BucketLimits {
+    pub fn validate(&self, max_seq_len: usize) -> Result<(), InvalidLimits> {
+        let invalid = |key, problem: String| Err(InvalidLimits { key, problem });
+        if self.boundaries.is_empty() || self.boundaries.windows(2).any(|w| w[0] >= w[1]) || self.boundaries[0] == 0 {
+            return invalid("batching.buckets", "must be non-empty, above 0 and strictly ascending".into());
+        }
+        if self.boundaries.last().is_some_and(|&last| last < max_seq_len) {
+            return invalid("batching.buckets", format!("last bound must be at least max_seq_len ({max_seq_len})"));
+        }
+        if self.max_wait_ms.len() != self.boundaries.len() {
+            return invalid(
+                "batching.max_wait_ms",
+                format!("needs one value or {} (one per bucket)", self.boundaries.len()),
+            );
+        }
+        if self.max_batch_size == 0 {
+            return invalid("batching.max_batch_size", "must be above 0".into());
+        }
+        if self.max_batch_tokens < max_seq_len {
+            return invalid("batching.max_batch_tokens", format!("must hold one row of max_seq_len ({max_seq_len})"));
+        }
+        if self.max_attention_cells < max_seq_len * max_seq_len {
+            return invalid(
+                "batching.max_attention_cells",
+                format!("must hold one row of max_seq_len² ({})", max_seq_len * max_seq_len),
+            );
+        }
+        Ok(())
+    }
+
+    /// The bucket a request of `len` tokens belongs to.
+    pub fn bucket_of(&self, len: usize) -> usize {
+        self.boundaries.iter().position(|&bound| len <= bound).unwrap_or(self.boundaries.len() - 1)
+    }
+
+    /// Whether `rows` rows padded to `padded_len` stay within every budget.
+    pub fn fits(&self, rows: usize, padded_len: usize) -> bool {
+        rows <= self.max_batch_size
+            && rows * padded_len <= self.max_batch_tokens
+            && rows * padded_len * padded_len <= self.max_attention_cells
+    }
+}
+
+/// Length-bucket bounds whose neighbours differ by at most ~12 %: every
+/// length up to 16, then steps of 2, 4, 8, 16 and 32 tokens. Padding a batch
+/// to its longest member then wastes at most about one step.
+pub fn default_boundaries(max_seq_len: usize) -> Vec<usize> {
+    let mut bounds: Vec<usize> = (1..=16).collect();
+    let mut step = 2;
+    let mut next = 16;
+    while next < max_seq_len {
+        for _ in 0..8 {
+            next += step;
+            bounds.push(next.min(max_seq_len));
+            if next >= max_seq_len {
+                break;
+            }
+        }
+        step *= 2;
+    }
+    bounds.retain(|&b| b <= max_seq_len);
+    bounds.dedup();
+    if bounds.last() != Some(&max_seq_len) {
+        bounds.push(max_seq_len);
+    }
+    bounds
+}
+
+#[derive(Debug)]
+struct Held<T> {
+    item: T,
+    len: usize,
+    arrived_ms: u64,
+    deadline_ms: u64,
+}
+
+/// A batch leaving the batcher: one bucket, FIFO order.
+#[derive(Debug)]
+pub struct Batch<T> {
+    pub bucket: usize,
+    pub items: Vec<T>,
+    /// Token length of each item, in item order.
+    pub lens: Vec<usize>,
+}
+
+impl<T> Batch<T> {
+    /// Keeps only the rows `keep` accepts; returns how many were dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let before = self.items.len();
+        let (items, lens) = std::mem::take(&mut self.items)
+            .into_iter()
+            .zip(std::mem::take(&mut self.lens))
+            .filter(|(item, _)| keep(item))
+            .unzip();
+        (self.items, self.lens) = (items, lens);
+        before - self.items.len()
+    }
+
+    pub fn padded_len(&self) -> usize {
+        self.lens.iter().copied().max().unwrap_or(0)
+    }
+    /// Rows × padded length: what the model computes.
+    pub fn computed_tokens(&self) -> usize {
+        self.items.len() * self.padded_len()
+    }
+    pub fn real_tokens(&self) -> usize {
+        self.lens.iter().sum()
+    }
+    /// Real tokens / computed tokens.
+    pub fn padding_efficiency(&self) -> f64 {
+        self.real_tokens() as f64 / self.computed_tokens().max(1) as f64
+    }
+}
+
+/// What one call to [`BucketBatcher::poll`] decided.
+#[derive(Debug)]
+pub struct Polled<T> {
+    /// Requests that can no longer be served in time: answer `expired`.
+    pub expired: Vec<T>,
+    /// The batch to run now, if one is due.
+    pub batch: Option<Batch<T>>,
+    /// When to poll again if nothing arrives (a wait or a deadline ends).
+    pub wake_at_ms: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct BucketBatcher<T> {
+    limits: BucketLimits,
+    buckets: Vec<VecDeque<Held<T>>>,
+    /// Measured model-call time per bucket (moving average), in ms.
+    infer_ms: Vec<Option<f64>>,
+    /// Rows a batch of the bucket may hold since one ran out of device
+    /// memory (`cap_rows`); `max_batch_size` until then.
+    row_caps: Vec<usize>,
+    held: usize,
+}
+
+impl<T> BucketBatcher<T> {
+    pub fn new(limits: BucketLimits) -> Self {
+        let n = limits.boundaries.len();
+        Self {
+            buckets: (0..n).map(|_| VecDeque::new()).collect(),
+            infer_ms: vec![None; n],
+            row_caps: vec![limits.max_batch_size; n],
+            limits,
+            held: 0,
+        }
+    }
+
+    pub fn limits(&self) -> &BucketLimits {
+        &self.limits
+    }
+
+    pub fn len(&self) -> usize {
+        self.held
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
+    pub fn push(&mut self, item: T, len: usize, deadline_ms: u64, now_ms: u64) {
+        let bucket = self.limits.bucket_of(len);
+        self.buckets[bucket].push_back(Held { item, len, arrived_ms: now_ms, deadline_ms });
+        self.held += 1;
+    }
+
+    /// Keeps only the held requests `keep` accepts (work of partitions
+    /// revoked since it was read goes); returns how many were dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let before = self.held;
+        for queue in &mut self.buckets {
+            queue.retain(|held| keep(&held.item));
+        }
+        self.held = self.buckets.iter().map(VecDeque::len).sum();
+        before - self.held
+    }
+
+    /// Feeds back how long a batch of `bucket` took, so deadlines that
+    /// cannot be met are expired before compute rather than after.
+    pub fn observe_inference(&mut self, bucket: usize, elapsed_ms: f64) {
+        if let Some(slot) = self.infer_ms.get_mut(bucket) {
+            *slot = Some(match *slot {
+                None => elapsed_ms,
+                Some(avg) => 0.8 * avg + 0.2 * elapsed_ms,
+            });
+        }
+    }
+
+    /// Remembers that a batch of `bucket` fitted in device memory only with
+    /// at most `rows` rows: later batches of the bucket hold no more. Caps
+    /// only go down (at least 1: a single request always forms a batch).
+    pub fn cap_rows(&mut self, bucket: usize, rows: usize) {
+        if let Some(cap) = self.row_caps.get_mut(bucket) {
+            *cap = (*cap).min(rows.max(1));
+        }
+    }
+
+    /// The most rows a batch of `bucket` may hold now.
+    pub fn row_cap(&self, bucket: usize) -> usize {
+        self.row_caps.get(bucket).copied().unwrap_or(self.limits.max_batch_size)
+    }
+
+    /// The estimated model-call time of `bucket`, 0 before any measurement.
+    pub fn estimated_inference_ms(&self, bucket: usize) -> u64 {
+        self.infer_ms.get(bucket).copied().flatten().map_or(0, |ms| ms.ceil() as u64)
+    }
+
+    /// Expires what cannot be served in time and releases the most urgent
+    /// due batch, if any.
+    pub fn poll(&mut self, now_ms: u64) -> Polled<T> {
+        self.poll_inner(now_ms, false)
+    }
+
+    /// Like [`poll`](Self::poll), but every non-empty bucket counts as due:
+    /// for draining at shutdown, and for offline runs over a whole workload.
+    pub fn flush(&mut self, now_ms: u64) -> Polled<T> {
+        self.poll_inner(now_ms, true)
+    }
+
+    fn poll_inner(&mut self, now_ms: u64, force: bool) -> Polled<T> {
+        let expired = self.expire(now_ms);
+        let chosen = (0..self.buckets.len())
+            .filter(|&b| !self.buckets[b].is_empty() && (force || self.is_due(b, now_ms)))
+            .min_by_key(|&b| (self.earliest_deadline(b), b));
+        let batch = chosen.map(|b| self.take_batch(b));
+        let wake_at_ms = self.next_wake_ms(now_ms);
+        Polled { expired, batch, wake_at_ms }
+    }
+
+    /// Removes and returns what can no longer be served in time (as
+    /// [`poll`](Self::poll) does first), without releasing a batch: for
+    /// answering `expired` while the engine is still busy.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<T> {
+        let mut expired = Vec::new();
+        for b in 0..self.buckets.len() {
+            let needed = self.estimated_inference_ms(b);
+            let queue = &mut self.buckets[b];
+            if queue.iter().all(|h| h.deadline_ms > now_ms + needed) {
+                continue;
+            }
+            let (live, dead): (VecDeque<_>, VecDeque<_>) =
+                queue.drain(..).partition(|h| h.deadline_ms > now_ms + needed);
+            *queue = live;
+            expired.extend(dead.into_iter().map(|h| h.item));
+        }
+        self.held -= expired.len();
+        expired
+    }
+
+    /// How many of the bucket's oldest requests the next batch takes, and
+    /// whether that batch is full (a budget, not the queue, stopped it).
+    fn next_batch_rows(&self, bucket: usize) -> (usize, bool) {
+        let queue = &self.buckets[bucket];
+        let cap = self.row_cap(bucket);
+        let mut longest = 0;
+        for (rows, held) in queue.iter().enumerate() {
+            let padded = longest.max(held.len);
+            if rows > 0 && (rows + 1 > cap || !self.limits.fits(rows + 1, padded)) {
+                return (rows, true);
+            }
+            longest = padded;
+        }
+        let rows = queue.len();
+        (rows, rows >= cap)
+    }
+
+    /// Whether [`poll`](Self::poll) at `now_ms` would release a batch
+    /// (given nothing expires first).
+    pub fn has_due_batch(&self, now_ms: u64) -> bool {
+        (0..self.buckets.len()).any(|b| !self.buckets[b].is_empty() && self.is_due(b, now_ms))
+    }
+
+    fn is_due(&self, bucket: usize, now_ms: u64) -> bool {
+        let waited_out =
+            self.buckets[bucket].front().is_some_and(|h| h.arrived_ms + self.limits.max_wait_ms[bucket] <= now_ms);
+        waited_out || self.next_batch_rows(bucket).1
+    }
+
+    fn earliest_deadline(&self, bucket: usize) -> u64 {
+        self.buckets[bucket].iter().map(|h| h.deadline_ms).min().unwrap_or(u64::MAX)
+    }
+
+    fn take_batch(&mut self, bucket: usize) -> Batch<T> {
+        let (rows, _) = self.next_batch_rows(bucket);
+        let taken: Vec<Held<T>> = self.buckets[bucket].drain(..rows).collect();
+        self.held -= taken.len();
+        let lens = taken.iter().map(|h| h.len).collect();
+        Batch { bucket, items: taken.into_iter().map(|h| h.item).collect(), lens }
+    }
+
+    /// When to poll again if nothing arrives: a bucket's wait ends or a held
+    /// request stops being servable (`wake_at_ms` of a poll at `now_ms`).
+    pub fn next_wake_ms(&self, now_ms: u64) -> Option<u64> {
+        (0..self.buckets.len())
+            .filter_map(|b| {
+                let wait_ends = self.buckets[b].front()?.arrived_ms + self.limits.max_wait_ms[b];
+                Some(wait_ends.min(self.first_infeasible_ms(b)?).max(now_ms))
+            })
+            .min()
+    }
+
+    /// The first moment a held request stops being servable: when
+    /// [`expire`](Self::expire) next has something to return.
+    pub fn next_expiry_ms(&self) -> Option<u64> {
+        (0..self.buckets.len()).filter_map(|b| self.first_infeasible_ms(b)).min()
+    }
+
+    fn first_infeasible_ms(&self, bucket: usize) -> Option<u64> {
+        let needed = self.estimated_inference_ms(bucket);
+        self.buckets[bucket].iter().map(|h| h.deadline_ms.saturating_sub(needed)).min()
+    }
+}
+
+#[cfg(test)]
+mod tests;

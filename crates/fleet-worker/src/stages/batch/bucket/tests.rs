@@ -1,0 +1,322 @@
+//! The bucket batcher's rules, by example and by property.
+
+use super::*;
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+fn limits() -> BucketLimits {
+    BucketLimits {
+        boundaries: vec![16, 32, 64, 128],
+        max_batch_size: 4,
+        max_batch_tokens: 256,
+        max_attention_cells: 128 * 128,
+        max_wait_ms: vec![5, 5, 10, 20],
+    }
+}
+
+#[test]
+fn buckets_by_length_and_pads_to_the_longest_member() {
+    let mut b = BucketBatcher::new(limits());
+    b.push("short", 10, 1_000, 0);
+    b.push("long", 100, 1_000, 0);
+    b.push("short2", 12, 1_000, 0);
+    let p = b.poll(5);
+    let batch = p.batch.unwrap();
+    assert_eq!(batch.items, vec!["short", "short2"]);
+    assert_eq!(batch.padded_len(), 12);
+    assert_eq!(batch.computed_tokens(), 24);
+    assert!((batch.padding_efficiency() - 22.0 / 24.0).abs() < 1e-9);
+    assert_eq!(p.wake_at_ms, Some(20), "the long one waits for its own bucket's max_wait");
+    assert!(b.poll(19).batch.is_none());
+    assert_eq!(b.poll(20).batch.unwrap().items, vec!["long"]);
+}
+
+#[test]
+fn a_full_batch_leaves_without_waiting() {
+    let mut b = BucketBatcher::new(limits());
+    for i in 0..5 {
+        b.push(i, 8, 1_000, 0);
+    }
+    let batch = b.poll(0).batch.unwrap();
+    assert_eq!(batch.items, vec![0, 1, 2, 3]);
+    assert!(b.poll(0).batch.is_none(), "one left, not full, not waited out");
+}
+
+#[test]
+fn the_token_and_attention_budgets_cap_rows() {
+    let mut tokens = limits();
+    tokens.max_attention_cells = usize::MAX;
+    let mut b = BucketBatcher::new(tokens);
+    for i in 0..4 {
+        b.push(i, 100, 1_000, 0); // 2 × 100 = 200 tokens fit, 3 × 100 do not
+    }
+    assert_eq!(b.poll(0).batch.unwrap().items, vec![0, 1]);
+    let mut cells = limits();
+    cells.max_attention_cells = 3 * 60 * 60;
+    let mut b = BucketBatcher::new(cells);
+    for i in 0..4 {
+        b.push(i, 60, 1_000, 0);
+    }
+    assert_eq!(b.poll(0).batch.unwrap().items.len(), 3);
+}
+
+#[test]
+fn a_single_long_request_always_fits_alone() {
+    let mut l = limits();
+    l.max_batch_tokens = 64;
+    let mut b = BucketBatcher::new(l);
+    b.push("huge", 128, 1_000, 0);
+    assert_eq!(b.poll(20).batch.unwrap().items, vec!["huge"]);
+}
+
+#[test]
+fn the_earliest_deadline_goes_first() {
+    let mut b = BucketBatcher::new(limits());
+    b.push("relaxed", 10, 9_000, 0);
+    b.push("urgent", 100, 500, 0);
+    assert_eq!(b.poll(30).batch.unwrap().items, vec!["urgent"]);
+    assert_eq!(b.poll(30).batch.unwrap().items, vec!["relaxed"]);
+}
+
+#[test]
+fn deadlines_that_cannot_be_met_expire_before_compute() {
+    let mut b = BucketBatcher::new(limits());
+    b.observe_inference(0, 40.0);
+    b.push("tight", 10, 30, 0); // 0 + 40 ms of inference > 30
+    b.push("fine", 10, 1_000, 0);
+    let p = b.poll(0);
+    assert_eq!(p.expired, vec!["tight"]);
+    assert!(p.batch.is_none());
+    assert_eq!(b.poll(5).batch.unwrap().items, vec!["fine"]);
+}
+
+#[test]
+fn expiring_alone_releases_no_batch_and_says_when_the_next_expiry_is() {
+    let mut b = BucketBatcher::new(limits());
+    b.observe_inference(0, 10.0);
+    b.push("soon", 10, 50, 0);
+    b.push("later", 10, 200, 0);
+    assert!(b.has_due_batch(5), "waited out its 5 ms");
+    assert!(!b.has_due_batch(4));
+    // "soon" stops being servable at 50 - 10 ms of inference.
+    assert_eq!(b.next_expiry_ms(), Some(40));
+    assert!(b.expire(39).is_empty());
+    assert_eq!(b.expire(40), vec!["soon"]);
+    assert_eq!((b.len(), b.next_expiry_ms()), (1, Some(190)));
+    assert_eq!(b.poll(40).batch.unwrap().items, vec!["later"]);
+    assert_eq!((b.has_due_batch(40), b.next_expiry_ms(), b.next_wake_ms(40)), (false, None, None));
+}
+
+#[test]
+fn a_row_cap_after_out_of_memory_shrinks_later_batches_of_that_bucket_only() {
+    let mut b = BucketBatcher::new(limits());
+    b.cap_rows(0, 2);
+    b.cap_rows(0, 3);
+    assert_eq!(b.row_cap(0), 2, "caps only go down");
+    b.cap_rows(1, 0);
+    assert_eq!(b.row_cap(1), 1, "a single request always fits a batch");
+    for i in 0..3 {
+        b.push(("short", i), 10, 1_000, 0);
+        b.push(("mid", i), 20, 1_000, 0);
+    }
+    // Two rows fill bucket 0's batch: it leaves without waiting.
+    let first = b.poll(0).batch.unwrap();
+    assert_eq!((first.bucket, first.items.len()), (0, 2));
+    let mut sizes: Vec<(usize, usize)> = Vec::new();
+    while let Some(batch) = b.flush(10).batch {
+        sizes.push((batch.bucket, batch.items.len()));
+    }
+    assert_eq!(sizes, vec![(0, 1), (1, 1), (1, 1), (1, 1)]);
+}
+
+#[test]
+fn default_boundaries_are_fine_grained_and_end_at_max_seq_len() {
+    let b = default_boundaries(512);
+    assert_eq!(&b[..16], &(1..=16).collect::<Vec<_>>()[..]);
+    assert_eq!(b.last(), Some(&512));
+    assert!(b.windows(2).all(|w| w[0] < w[1]));
+    assert!(b.windows(2).filter(|w| w[0] >= 16).all(|w| (w[1] as f64) / (w[0] as f64) <= 1.126), "{b:?}");
+    assert_eq!(default_boundaries(100).last(), Some(&100));
+}
+
+#[test]
+fn validation_names_the_bad_key() {
+    let mut l = limits();
+    l.max_batch_tokens = 64;
+    assert_eq!(l.validate(128).unwrap_err().key, "batching.max_batch_tokens");
+    let mut l = limits();
+    l.boundaries = vec![16, 16, 128, 256];
+    assert_eq!(l.validate(128).unwrap_err().key, "batching.buckets");
+    assert_eq!(limits().validate(256).unwrap_err().key, "batching.buckets");
+    assert!(limits().validate(128).is_ok());
+}
+
+/// One random event: a request arriving, or time passing with a poll.
+#[derive(Debug, Clone)]
+enum Event {
+    Push { len: usize, ttl_ms: u64 },
+    Advance { ms: u64 },
+    Observe { bucket: usize, ms: u64 },
+    Cap { bucket: usize, rows: usize },
+}
+
+fn events() -> impl Strategy<Value = Vec<Event>> {
+    let event = prop_oneof![
+        4 => (1usize..=140, 1u64..200).prop_map(|(len, ttl_ms)| Event::Push { len, ttl_ms }),
+        2 => (0u64..15).prop_map(|ms| Event::Advance { ms }),
+        1 => (0usize..4, 0u64..30).prop_map(|(bucket, ms)| Event::Observe { bucket, ms }),
+        1 => (0usize..4, 0usize..6).prop_map(|(bucket, rows)| Event::Cap { bucket, rows }),
+    ];
+    proptest::collection::vec(event, 0..120)
+}
+
+fn arbitrary_limits() -> impl Strategy<Value = BucketLimits> {
+    (1usize..8, 128usize..600, 128usize * 128..128 * 128 * 4, proptest::collection::vec(0u64..25, 4)).prop_map(
+        |(max_batch_size, max_batch_tokens, max_attention_cells, max_wait_ms)| BucketLimits {
+            boundaries: vec![16, 32, 64, 128],
+            max_batch_size,
+            max_batch_tokens,
+            max_attention_cells,
+            max_wait_ms,
+        },
+    )
+}
+
+/// Items are (sequence number, len, deadline).
+type Item = (usize, usize, u64);
+
+struct Run {
+    /// Each batch with the row cap of its bucket when it left.
+    batches: Vec<(u64, Batch<Item>)>,
+    caps_at_batch: Vec<usize>,
+    expired: Vec<(u64, Item)>,
+    pushed: Vec<(u64, Item)>,
+    input_stopped_ms: u64,
+}
+
+/// Drives a batcher through `events`, polling after each until no batch
+/// is due (as the worker does), then lets time run out with no input.
+fn drive(limits: &BucketLimits, events: &[Event]) -> (Run, BucketBatcher<Item>) {
+    let mut b = BucketBatcher::new(limits.clone());
+    let mut run = Run { batches: vec![], caps_at_batch: vec![], expired: vec![], pushed: vec![], input_stopped_ms: 0 };
+    let mut now = 0u64;
+    let drain = |b: &mut BucketBatcher<Item>, now: u64, run: &mut Run| loop {
+        let p = b.poll(now);
+        run.expired.extend(p.expired.into_iter().map(|i| (now, i)));
+        match p.batch {
+            Some(batch) => {
+                run.caps_at_batch.push(b.row_cap(batch.bucket));
+                run.batches.push((now, batch));
+            }
+            None => break p.wake_at_ms,
+        }
+    };
+    for (seq, event) in events.iter().enumerate() {
+        match *event {
+            Event::Push { len, ttl_ms } => {
+                let item = (seq, len, now + ttl_ms);
+                b.push(item, len, now + ttl_ms, now);
+                run.pushed.push((now, item));
+            }
+            Event::Advance { ms } => now += ms,
+            Event::Observe { bucket, ms } => b.observe_inference(bucket, ms as f64),
+            Event::Cap { bucket, rows } => b.cap_rows(bucket, rows),
+        }
+        drain(&mut b, now, &mut run);
+    }
+    // Input stops: follow the batcher's own wake-ups.
+    run.input_stopped_ms = now;
+    while let Some(wake) = drain(&mut b, now, &mut run) {
+        now = wake.max(now + 1);
+    }
+    (run, b)
+}
+
+proptest! {
+    #[test]
+    fn no_request_is_lost_or_duplicated(limits in arbitrary_limits(), events in events()) {
+        let (run, b) = drive(&limits, &events);
+        prop_assert!(b.is_empty());
+        let mut out: Vec<usize> = run.batches.iter().flat_map(|(_, batch)| batch.items.iter().map(|i| i.0)).collect();
+        out.extend(run.expired.iter().map(|(_, i)| i.0));
+        out.sort_unstable();
+        let mut pushed: Vec<usize> = run.pushed.iter().map(|(_, i)| i.0).collect();
+        pushed.sort_unstable();
+        prop_assert_eq!(out, pushed);
+    }
+
+    #[test]
+    fn every_batch_is_one_bucket_within_every_limit(limits in arbitrary_limits(), events in events()) {
+        let (run, _) = drive(&limits, &events);
+        for ((_, batch), cap) in run.batches.iter().zip(&run.caps_at_batch) {
+            prop_assert!(!batch.items.is_empty());
+            prop_assert!(batch.items.len() <= *cap, "{} rows over the bucket's cap {}", batch.items.len(), cap);
+            prop_assert!(batch.items.iter().all(|i| limits.bucket_of(i.1) == batch.bucket));
+            prop_assert_eq!(batch.lens.clone(), batch.items.iter().map(|i| i.1).collect::<Vec<_>>());
+            if batch.items.len() > 1 {
+                prop_assert!(limits.fits(batch.items.len(), batch.padded_len()), "{:?}", batch.lens);
+            }
+        }
+    }
+
+    #[test]
+    fn order_is_fifo_within_a_bucket(limits in arbitrary_limits(), events in events()) {
+        let (run, _) = drive(&limits, &events);
+        let mut last_seen: BTreeMap<usize, usize> = BTreeMap::new();
+        for (_, batch) in &run.batches {
+            for item in &batch.items {
+                if let Some(prev) = last_seen.insert(batch.bucket, item.0) {
+                    prop_assert!(prev < item.0, "bucket {} gave {} after {}", batch.bucket, item.0, prev);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn expired_requests_never_reach_the_model(limits in arbitrary_limits(), events in events()) {
+        let (run, _) = drive(&limits, &events);
+        for (at, batch) in &run.batches {
+            prop_assert!(batch.items.iter().all(|i| i.2 > *at), "a batch at {} holds a request past its deadline", at);
+        }
+        for (at, item) in &run.expired {
+            prop_assert!(item.2 <= *at + 30, "{item:?} expired at {at} although 30 ms is the largest estimate");
+        }
+    }
+
+    #[test]
+    fn when_input_stops_everything_leaves_within_its_max_wait(limits in arbitrary_limits(), events in events()) {
+        let (run, _) = drive(&limits, &events);
+        let left_at: BTreeMap<usize, u64> = run
+            .batches
+            .iter()
+            .flat_map(|(at, batch)| batch.items.iter().map(move |i| (i.0, *at)))
+            .chain(run.expired.iter().map(|(at, i)| (i.0, *at)))
+            .collect();
+        let seen: BTreeSet<usize> = left_at.keys().copied().collect();
+        prop_assert_eq!(seen.len(), run.pushed.len());
+        let stopped = run.input_stopped_ms;
+        for (arrived, item) in &run.pushed {
+            let left = left_at[&item.0];
+            // Held when input stopped: gone by the end of its bucket's wait.
+            if left >= stopped {
+                let bound = stopped.max(arrived + limits.max_wait_ms[limits.bucket_of(item.1)]);
+                prop_assert!(left <= bound, "{:?} arrived {}, left {}, bound {}", item, arrived, left, bound);
+            }
+        }
+    }
+}
+
+#[test]
+fn retain_drops_held_requests_and_batch_rows_with_their_lengths() {
+    let mut b = BucketBatcher::new(limits());
+    for (i, len) in [5usize, 20, 6, 70].into_iter().enumerate() {
+        b.push(i, len, 10_000, 0);
+    }
+    assert_eq!(b.retain(|&i| i % 2 == 0), 2);
+    assert_eq!(b.len(), 2);
+    let batch = b.flush(1).batch.expect("a batch");
+    assert_eq!(batch.items, vec![0, 2]);
+    let mut batch = Batch { bucket: 0, items: vec![1, 2, 3], lens: vec![10, 20, 30] };
+    assert_eq!(batch.retain(|&i| i != 2), 1);
+    assert_eq!((batch.items, batch.lens), (vec![1, 3], vec![10, 30]));
+}

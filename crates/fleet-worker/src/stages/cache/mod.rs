@@ -1,0 +1,123 @@
+//! The feature cache: model outputs kept in Redis by the exact model input,
+//! so a repeated input is answered without compute.
+//!
+//! Key: `fleet:feat:<model>:<version>:<precision>:<hash of the token ids or
+//! pixels>`, with the version's `feature_ttl_s`. The version and precision
+//! are part of the key: a new model version (or the same one computed in
+//! another precision) reads and writes new keys, and the old ones age out
+//! on their TTL, with no flush and no stampede ([`entry`]: the key and what
+//! is stored). Before a batch is computed its inputs are looked up in one
+//! MGET; hits are answered at once, misses computed, and their outputs
+//! stored in the same round trip as their answers. A lookup that fails (Redis away) counts as all misses: the cache may make the
+//! worker faster, never stop it.
+
+pub mod entry;
+
+use crate::job::{timings, Finished, Job, SinkItem};
+use crate::metrics::{CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL, CACHE_SAVED_SECONDS};
+use crate::serving::ServingVersion;
+use crate::stages::batch::bucket::Batch;
+use crate::stages::engine::precision::Precision;
+use crate::stages::engine::EngineCommand;
+use crate::stages::source::Ledger;
+use entry::{Address, CachedOutput};
+use fleet_proto::clock::now_ms;
+use fleet_proto::{Answer, ModelName};
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub struct FeatureCache {
+    conn: ConnectionManager,
+    model: ModelName,
+}
+
+impl FeatureCache {
+    pub async fn connect(client: redis::Client, model: ModelName) -> Result<Self, redis::RedisError> {
+        // Short: a slow cache must not slow the batch more than it could save.
+        let conn = fleet_connect::redis::managed(client, Duration::from_secs(1), Duration::from_millis(250)).await?;
+        Ok(Self { conn, model })
+    }
+
+    pub fn key(&self, version: u64, precision: Precision, input_hash: &str) -> String {
+        Address { model: &self.model, version, precision, input_hash }.key()
+    }
+
+    /// One MGET for a batch under the keys of `version` in `precision`;
+    /// `None` for misses, unreadable entries and errors.
+    pub async fn lookup(&mut self, version: u64, precision: Precision, hashes: &[&str]) -> Vec<Option<CachedOutput>> {
+        if hashes.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<String> = hashes.iter().map(|h| self.key(version, precision, h)).collect();
+        let values: Result<Vec<Option<String>>, _> = redis::cmd("MGET").arg(&keys).query_async(&mut self.conn).await;
+        match values {
+            Ok(values) => values.into_iter().map(|v| v.and_then(|json| serde_json::from_str(&json).ok())).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "feature cache lookup failed; computing the batch");
+                vec![None; hashes.len()]
+            }
+        }
+    }
+}
+
+/// The stage between the batch stage and the engine: answers what the
+/// feature cache already has, hands the rest on as a smaller batch of the
+/// same bucket.
+pub struct CacheStage {
+    pub batches: mpsc::Receiver<Batch<Job>>,
+    pub engine: mpsc::Sender<EngineCommand>,
+    pub sink: mpsc::Sender<SinkItem>,
+    pub cache: FeatureCache,
+    pub serving: ServingVersion,
+    pub ledger: Arc<Ledger>,
+}
+
+impl CacheStage {
+    pub async fn run(mut self) {
+        while let Some(mut batch) = self.batches.recv().await {
+            // The last look before compute: a rebalance may have come since
+            // the batch was formed.
+            self.ledger.note_dropped(batch.retain(|job| self.ledger.is_current(&job.position)));
+            if batch.items.is_empty() {
+                continue;
+            }
+            let (hits, misses) = self.split(batch).await;
+            if !hits.is_empty() && self.sink.send(SinkItem::Answers(hits)).await.is_err() {
+                return;
+            }
+            if !misses.items.is_empty() && self.engine.send(EngineCommand::Run(misses)).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The batch's hits, answered, and its misses, still a batch.
+    async fn split(&mut self, batch: Batch<Job>) -> (Vec<Finished>, Batch<Job>) {
+        let hashes: Vec<&str> = batch.items.iter().map(|j| j.input_hash.as_str()).collect();
+        // Hits are answered with the version whose keys they came from.
+        let (version, precision) = self.serving.get_with_precision();
+        let found = self.cache.lookup(version, precision, &hashes).await;
+        let now = now_ms();
+        let mut hits = Vec::new();
+        let mut misses = Batch { bucket: batch.bucket, items: Vec::new(), lens: Vec::new() };
+        for ((job, len), cached) in batch.items.into_iter().zip(batch.lens).zip(found) {
+            match cached {
+                Some(CachedOutput { output, infer_ms }) => {
+                    metrics::histogram!(CACHE_SAVED_SECONDS).record(infer_ms / 1000.0);
+                    let t = timings(Some(job.created_ms), Some((now, 0.0)), now);
+                    let answer = Answer::ok(self.cache.model.as_str(), version, output, t);
+                    hits.push(Finished { position: job.position, id: job.id, answer, feature: None });
+                }
+                None => {
+                    misses.items.push(job);
+                    misses.lens.push(len);
+                }
+            }
+        }
+        metrics::counter!(CACHE_HITS_TOTAL).increment(hits.len() as u64);
+        metrics::counter!(CACHE_MISSES_TOTAL).increment(misses.items.len() as u64);
+        (hits, misses)
+    }
+}

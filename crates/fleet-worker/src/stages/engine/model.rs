@@ -1,0 +1,321 @@
+//! The served model of either kind behind one face: what one request's input
+//! is, how the model is warmed up, and its outputs as answer JSON. The
+//! other stages batch and retry without knowing which kind it serves.
+
+use super::memory::MemoryGuard;
+use super::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
+use super::split::{run_with_split, CallError, RowFailure, SplitRun};
+use super::torch::{EngineError, ImageModule, TextModule};
+use crate::config::{ModelKind, ModelVersion};
+use crate::guard;
+use crate::stages::batch::bucket::BucketLimits;
+use crate::stages::cache::entry::{pixels_hash, tokens_hash};
+use serde_json::{json, Value};
+use tch::Device;
+
+/// One request's exact model input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelInput {
+    Tokens {
+        ids: Vec<i64>,
+        truncated: bool,
+    },
+    /// `size × size × 3` RGB bytes.
+    Pixels(Vec<u8>),
+}
+
+impl ModelInput {
+    /// Length in batcher units: tokens, or 1 for an image (all one shape).
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Tokens { ids, .. } => ids.len(),
+            Self::Pixels(_) => 1,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The feature-cache address of this input.
+    pub fn hash(&self) -> String {
+        match self {
+            Self::Tokens { ids, .. } => tokens_hash(ids),
+            Self::Pixels(pixels) => pixels_hash(pixels),
+        }
+    }
+}
+
+/// The TorchScript module of the version's kind.
+enum Torch {
+    Text(TextModule),
+    Image { module: ImageModule, top_k: usize },
+}
+
+/// A loaded, warm version: its module, the memory guard in front of it,
+/// and the precision it runs at.
+pub struct Model {
+    torch: Torch,
+    guard: MemoryGuard,
+    pub precision: Precision,
+}
+
+/// What warming up found: the batches that had to be split to fit, as
+/// (bucket, most rows that fit), for the batcher to start with.
+#[derive(Debug, Default)]
+pub struct WarmUp {
+    pub row_caps: Vec<(usize, usize)>,
+}
+
+/// Where a version is loaded, and what its precision is judged on.
+pub struct LoadTarget<'a> {
+    pub device: Device,
+    /// The CPU's bf16 features (detected, or as `--cpu-features` says).
+    pub cpu: CpuFeatures,
+    /// Real inputs both precisions run on: their outputs must agree.
+    pub probes: &'a [ModelInput],
+}
+
+impl Model {
+    /// Loads the version's model.pt (and labels for image models) and
+    /// chooses its precision (`precision`): with `auto`, bf16 on a CPU that
+    /// computes it fast and fp16 on CUDA, each only when its outputs on the
+    /// probes agree with fp32's. `guard`'s estimate is for fp32 and is
+    /// scaled to the precision chosen.
+    pub fn load(version: &ModelVersion, target: &LoadTarget<'_>, guard: MemoryGuard) -> Result<Self, EngineError> {
+        let configured = version.config.device.precision;
+        let where_ = if target.device.is_cuda() { Target::Cuda } else { Target::Cpu(target.cpu) };
+        let candidate = precision::candidate(configured, where_);
+        let fp32 = Torch::load(version, target.device)?;
+        let (torch, choice) = match &candidate {
+            Candidate::Fp32Only(_) => (fp32, precision::choose(configured, &candidate, None)),
+            Candidate::Try(lower) => {
+                let mut lowered = Torch::load(version, target.device)?;
+                let agreement = lowered.convert(*lower, &fp32, target.probes);
+                let choice = precision::choose(configured, &candidate, Some(&agreement));
+                (if choice.precision == *lower { lowered } else { fp32 }, choice)
+            }
+        };
+        tracing::info!(
+            version = version.version,
+            precision = choice.precision.as_str(),
+            reason = choice.reason,
+            "precision chosen"
+        );
+        let guard = MemoryGuard { cost: guard.cost.scaled(choice.precision.element_bytes(), 4), ..guard };
+        Ok(Self { torch, guard, precision: choice.precision })
+    }
+
+    /// Sets the bytes a batch may use (the estimate is the model config's).
+    pub fn set_memory_limit(&mut self, limit: Option<u64>) {
+        self.guard.limit = limit;
+    }
+
+    /// Runs every bucket's shape on real input stretched to the bucket's
+    /// bound, so that libtorch's first-call optimisation (+25–35 ms per new
+    /// shape) is not met by live traffic. Under a memory limit (CUDA, or
+    /// `--engine-memory-limit-bytes`) each bucket's *largest* batch runs,
+    /// so a batch too big for the device is found here: it is split, and
+    /// what fitted comes back as the bucket's row cap. Without a limit one
+    /// row per bucket does (the largest batches cost 26 s on 2 CPU cores
+    /// and find nothing; a worker joining a busy host must not take that
+    /// long). Any other failure refuses the version.
+    pub fn warm_up(&self, limits: &BucketLimits, sample: &ModelInput) -> Result<WarmUp, EngineError> {
+        let mut warm = WarmUp::default();
+        for (bucket, &bound) in limits.boundaries.iter().enumerate() {
+            let row = stretch(sample, bound);
+            let fitting = (1..=limits.max_batch_size).rev().find(|&r| limits.fits(r, row.len())).unwrap_or(1);
+            let most = if self.guard.limit.is_some() { fitting } else { 1 };
+            // Image batches differ by row count only: warm every count
+            // (about 10 ms an image on a CPU).
+            let counts: Vec<usize> = match self.torch {
+                Torch::Image { .. } => (1..=fitting).collect(),
+                Torch::Text(_) => vec![most],
+            };
+            for rows in counts {
+                let batch = vec![&row; rows];
+                let run = self.infer_split(&batch);
+                if let Some(Err(RowFailure::Failed(m))) =
+                    run.outputs.iter().find(|o| matches!(o, Err(RowFailure::Failed(_))))
+                {
+                    return Err(EngineError::WarmUp(m.clone()));
+                }
+                if let Some(cap) = run.row_cap {
+                    tracing::warn!(bucket, bound, rows, fits = cap, "warm-up batch did not fit; capping the bucket");
+                    warm.row_caps.push((bucket, cap));
+                    break;
+                }
+            }
+        }
+        Ok(warm)
+    }
+
+    /// One output per input, in order, as the answer's `output` JSON. A
+    /// batch over the memory guard's limit fails with `OutOfMemory` before
+    /// the model runs.
+    pub fn infer(&self, inputs: &[&ModelInput]) -> Result<Vec<Value>, EngineError> {
+        let padded_len = inputs.iter().map(|i| i.len()).max().unwrap_or(0);
+        self.guard.check(inputs.len(), padded_len).map_err(|over| EngineError::OutOfMemory(over.to_string()))?;
+        match &self.torch {
+            Torch::Text(module) => {
+                let rows: Vec<&[i64]> = inputs.iter().map(|input| token_ids(input)).collect();
+                let embeddings = module.embed(&rows)?;
+                Ok(inputs
+                    .iter()
+                    .zip(embeddings)
+                    .map(|(input, embedding)| {
+                        let truncated = matches!(input, ModelInput::Tokens { truncated: true, .. });
+                        json!({ "embedding": embedding, "tokens": input.len(), "truncated": truncated })
+                    })
+                    .collect())
+            }
+            Torch::Image { module, top_k, .. } => {
+                let images: Vec<&[u8]> = inputs.iter().map(|input| pixels(input)).collect();
+                let scored = module.classify(&images, *top_k)?;
+                Ok(scored
+                    .into_iter()
+                    .map(|classes| {
+                        let classes: Vec<Value> = classes
+                            .into_iter()
+                            .map(|c| {
+                                let label = &module.labels[c.index];
+                                json!({
+                                    "label": label.name(),
+                                    "synset": label.synset,
+                                    "index": c.index,
+                                    "probability": c.probability,
+                                })
+                            })
+                            .collect();
+                        json!({ "classes": classes })
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// [`infer`](Self::infer), halving the batch while it does not fit in
+    /// device memory (`split::run_with_split`): one result per input. A
+    /// panic in a call is that call's failure (`guard`): its rows are
+    /// retried alone, and those that still fail are answered `model_failed`.
+    pub fn infer_split(&self, inputs: &[&ModelInput]) -> SplitRun<Value> {
+        run_with_split(inputs, &mut |part| match guard::contain(guard::Stage::Model, || self.infer(part)) {
+            Ok(Ok(outputs)) => Ok(outputs),
+            Ok(Err(EngineError::OutOfMemory(message))) => Err(CallError::OutOfMemory(message)),
+            Ok(Err(other)) => Err(CallError::Failed(other.to_string())),
+            Err(panic) => Err(CallError::Failed(format!("the model call panicked: {panic}"))),
+        })
+    }
+}
+
+impl Torch {
+    fn load(version: &ModelVersion, device: Device) -> Result<Self, EngineError> {
+        let model = version.file("model.pt");
+        match version.config.kind {
+            ModelKind::Text => Ok(Self::Text(TextModule::load(&model, device)?)),
+            ModelKind::Image => {
+                let image = version.config.image().expect("validated: image models have [image]");
+                let module = ImageModule::load(&model, &version.file("labels.txt"), image.size, device)?;
+                Ok(Self::Image { module, top_k: image.top_k })
+            }
+        }
+    }
+
+    /// Converts the weights to `lower` and compares the outputs on
+    /// `probes` with `fp32`'s (a panic in the lower precision counts as
+    /// failing to run in it).
+    fn convert(&mut self, lower: Precision, fp32: &Torch, probes: &[ModelInput]) -> Agreement {
+        let rows: Vec<&ModelInput> = probes.iter().collect();
+        let reference = match fp32.raw(&rows) {
+            Ok(outputs) => outputs,
+            Err(e) => return Agreement::Fails(format!("fp32 itself failed on the probes: {e}")),
+        };
+        let lowered = guard::contain(guard::Stage::Model, || {
+            match self {
+                Self::Text(module) => module.convert(lower.kind())?,
+                Self::Image { module, .. } => module.convert(lower.kind())?,
+            }
+            self.raw(&rows)
+        });
+        match (lowered, &*self) {
+            (Ok(Ok(outputs)), Self::Text(_)) => precision::embeddings_agreement(&reference, &outputs),
+            (Ok(Ok(outputs)), Self::Image { .. }) => precision::classes_agreement(&reference, &outputs),
+            (Ok(Err(e)), _) => Agreement::Fails(e.to_string().lines().next().unwrap_or_default().to_owned()),
+            (Err(panic), _) => Agreement::Fails(format!("it panicked: {panic}")),
+        }
+    }
+
+    /// The raw output vectors (embeddings, or all class probabilities).
+    fn raw(&self, inputs: &[&ModelInput]) -> Result<Vec<Vec<f32>>, EngineError> {
+        match self {
+            Self::Text(module) => module.embed(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
+            Self::Image { module, .. } => module.probabilities(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
+        }
+    }
+}
+
+/// A sample input made `len` batcher units long: for text, its first and
+/// last tokens ([CLS], [SEP]) around its body repeated; images are one unit.
+pub fn stretch(sample: &ModelInput, len: usize) -> ModelInput {
+    match sample {
+        ModelInput::Tokens { ids, .. } if ids.len() >= 2 && len >= 2 => {
+            let body = &ids[1..ids.len() - 1];
+            let filler: Vec<i64> = if body.is_empty() { vec![ids[0]] } else { body.to_vec() };
+            let mut row = Vec::with_capacity(len);
+            row.push(ids[0]);
+            row.extend(filler.iter().cycle().take(len - 2));
+            row.push(ids[ids.len() - 1]);
+            ModelInput::Tokens { ids: row, truncated: false }
+        }
+        ModelInput::Tokens { ids, .. } => {
+            ModelInput::Tokens { ids: ids.iter().copied().cycle().take(len.max(1)).collect(), truncated: false }
+        }
+        ModelInput::Pixels(_) => sample.clone(),
+    }
+}
+
+// A batch holds inputs of its model's kind only (one model per worker), so
+// the other variant is an empty row the model refuses rather than a panic.
+fn token_ids(input: &ModelInput) -> &[i64] {
+    match input {
+        ModelInput::Tokens { ids, .. } => ids,
+        ModelInput::Pixels(_) => &[],
+    }
+}
+
+fn pixels(input: &ModelInput) -> &[u8] {
+    match input {
+        ModelInput::Pixels(pixels) => pixels,
+        ModelInput::Tokens { .. } => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_is_one_batcher_unit_and_hashes_by_its_pixels() {
+        let a = ModelInput::Pixels(vec![1, 2, 3]);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.hash(), ModelInput::Pixels(vec![1, 2, 3]).hash());
+        assert_ne!(a.hash(), ModelInput::Pixels(vec![1, 2, 4]).hash());
+        let text = ModelInput::Tokens { ids: vec![101, 7, 102], truncated: false };
+        assert_eq!(text.len(), 3);
+        assert_eq!(text.hash(), tokens_hash(&[101, 7, 102]));
+    }
+
+    #[test]
+    fn a_sample_stretches_to_any_length_keeping_its_ends() {
+        let sample = ModelInput::Tokens { ids: vec![101, 7, 8, 102], truncated: true };
+        let ids = |input: ModelInput| match input {
+            ModelInput::Tokens { ids, .. } => ids,
+            ModelInput::Pixels(_) => unreachable!(),
+        };
+        assert_eq!(ids(stretch(&sample, 7)), vec![101, 7, 8, 7, 8, 7, 102]);
+        assert_eq!(ids(stretch(&sample, 2)), vec![101, 102]);
+        assert_eq!(ids(stretch(&sample, 1)), vec![101]);
+        let image = ModelInput::Pixels(vec![1, 2, 3]);
+        assert_eq!(stretch(&image, 40), image);
+    }
+}

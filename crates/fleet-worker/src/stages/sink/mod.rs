@@ -1,0 +1,23 @@
+//! The sink: where finished requests leave the worker. Answers go to Redis
+//! (`fleet:result:<id>` hash field + `fleet:ready:<id>` push, both with the
+//! version's result TTL); messages without a readable id go to the DLQ topic.
+//!
+//! A batch of answers is one pipeline (one round trip) of a small Lua script
+//! per answer. Each script is atomic, so a waiter woken by the ready-list
+//! push always finds the hash field, and it writes only if the field is not
+//! there yet: the first answer wins. A message redelivered after a crash or
+//! a rebalance can then never replace an `ok` answer with a later `expired`
+//! one, nor push the ready list twice.
+//!
+//! Each answer's write succeeds or fails on its own (`failure` sorts the
+//! failures): one request whose keys cannot be written ends as a dead
+//! letter without holding back the rest of its batch.
+
+pub mod dead_letters;
+pub mod failure;
+pub mod results;
+mod stage;
+
+pub use dead_letters::{DeadLetters, LocalRecord};
+pub use results::ResultSink;
+pub use stage::SinkStage;

@@ -1,0 +1,161 @@
+//! Reading, apart from the group protocol: the rebalance callbacks split
+//! each partition's queue off before librdkafka assigns it; a task per
+//! assigned partition copies its messages to the consumer loop; and a task
+//! serves the consumer's main queue (rebalances, errors, commit results) for
+//! as long as the worker runs, whatever the reading side is doing.
+
+use super::ledger::Ledger;
+use super::message::Inbound;
+use rdkafka::bindings as rdsys;
+use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
+use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientContext, TopicPartitionList};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+pub(super) type FleetConsumer = StreamConsumer<SourceContext>;
+
+/// What the rebalance callbacks tell the partition readers.
+#[derive(Debug)]
+pub(super) enum AssignmentChange {
+    Assigned { partition: i32, generation: u64 },
+    Revoked { partition: i32 },
+}
+
+pub struct SourceContext {
+    pub(super) ledger: Arc<Ledger>,
+    pub(super) topic: String,
+    pub(super) changes: mpsc::UnboundedSender<AssignmentChange>,
+}
+
+impl ClientContext for SourceContext {}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(partitions) => {
+                // librdkafka commits the stored offsets of revoked partitions
+                // itself (auto-commit on revoke); what is still in flight
+                // there is read again by the next owner, and work this worker
+                // took from them is dropped before compute.
+                let revoked: Vec<i32> = ours(partitions, &self.topic);
+                self.ledger.change(|tracker| revoked.iter().for_each(|&p| tracker.revoke(p)));
+                for &partition in &revoked {
+                    let _ = self.changes.send(AssignmentChange::Revoked { partition });
+                }
+                tracing::info!(partitions = ?revoked, "partitions revoked");
+            }
+            Rebalance::Assign(partitions) => {
+                let assigned: Vec<i32> = ours(partitions, &self.topic);
+                for &partition in &assigned {
+                    // Before librdkafka starts fetching it (right after this
+                    // callback): its messages must never reach the main queue.
+                    split_off(consumer, &self.topic, partition);
+                    let generation = self.ledger.change(|tracker| tracker.assign(partition));
+                    let _ = self.changes.send(AssignmentChange::Assigned { partition, generation });
+                }
+                tracing::info!(partitions = ?assigned, "partitions assigned");
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+fn ours(partitions: &TopicPartitionList, topic: &str) -> Vec<i32> {
+    partitions.elements_for_topic(topic).iter().map(|e| e.partition()).collect()
+}
+
+/// Stops forwarding `partition`'s fetched messages to the consumer's main
+/// queue. librdkafka keeps a queue the application forwarded (flagged
+/// `FWD_APP`) as it is when the partition is assigned, so doing this first
+/// means its messages wait in their own queue for [`read_partition`].
+fn split_off(consumer: &rdkafka::consumer::BaseConsumer<SourceContext>, topic: &str, partition: i32) {
+    let Ok(topic) = CString::new(topic) else { return };
+    // SAFETY: the client pointer is live for the callback; the queue handle
+    // librdkafka returns is released right after forwarding is switched off.
+    unsafe {
+        let queue = rdsys::rd_kafka_queue_get_partition(consumer.client().native_ptr(), topic.as_ptr(), partition);
+        if !queue.is_null() {
+            rdsys::rd_kafka_queue_forward(queue, std::ptr::null_mut());
+            rdsys::rd_kafka_queue_destroy(queue);
+        }
+    }
+}
+
+/// Serves the consumer's main queue (rebalances, errors, commit results)
+/// for as long as the worker runs, whatever the reading side is doing.
+pub(super) async fn serve_events(consumer: Arc<FleetConsumer>, ledger: Arc<Ledger>, stray: mpsc::Sender<Inbound>) {
+    loop {
+        match consumer.recv().await {
+            // A partition whose queue was not split off (librdkafka assigned
+            // it some other way): its messages still count, in order.
+            Ok(message) => {
+                let partition = message.partition();
+                let generation = ledger.lock().generation(partition).unwrap_or_default();
+                let inbound = Inbound::from_kafka(&message, generation);
+                drop(message);
+                tracing::warn!(partition, "a message arrived on the main queue; reading it there");
+                let stray = stray.clone();
+                tokio::spawn(async move {
+                    let _ = stray.send(inbound).await;
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
+        }
+    }
+}
+
+/// Starts a reader for each partition as it is assigned, stops it when the
+/// partition is revoked.
+pub(super) async fn keep_readers(
+    consumer: Arc<FleetConsumer>,
+    topic: String,
+    mut changes: mpsc::UnboundedReceiver<AssignmentChange>,
+    out: mpsc::Sender<Inbound>,
+) {
+    let mut readers: HashMap<i32, JoinHandle<()>> = HashMap::new();
+    while let Some(change) = changes.recv().await {
+        match change {
+            AssignmentChange::Assigned { partition, generation } => {
+                if let Some(old) = readers.remove(&partition) {
+                    old.abort();
+                }
+                match consumer.split_partition_queue(&topic, partition) {
+                    Some(queue) => {
+                        readers.insert(partition, tokio::spawn(read_partition(queue, generation, out.clone())));
+                    }
+                    None => tracing::error!(partition, "cannot open the partition's queue"),
+                }
+            }
+            AssignmentChange::Revoked { partition } => {
+                if let Some(reader) = readers.remove(&partition) {
+                    reader.abort();
+                }
+            }
+        }
+    }
+    for reader in readers.into_values() {
+        reader.abort();
+    }
+}
+
+/// Copies one partition's messages to the consumer loop, one at a time.
+async fn read_partition(queue: StreamPartitionQueue<SourceContext>, generation: u64, out: mpsc::Sender<Inbound>) {
+    loop {
+        // The borrowed message is copied and released before any await.
+        let inbound = match queue.recv().await {
+            Ok(message) => Inbound::from_kafka(&message, generation),
+            Err(e) => {
+                tracing::warn!(error = %e, "kafka receive failed");
+                continue;
+            }
+        };
+        if out.send(inbound).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The one path by which a version becomes servable, at start and while
+//! serving: load its `model.pt`, choose its precision, set its memory limit,
+//! warm every bucket's shape up with real input. A version that fails any
+//! step is refused (log line, `fleet_model_load_failures_total{reason}`) and
+//! not tried again until its `model.pt` changes.
+
+use super::lifecycle::{Fingerprint, Refusals};
+use crate::config::ModelVersion;
+use crate::metrics::MODEL_LOAD_FAILURES_TOTAL;
+use crate::stages::batch::bucket::BucketLimits;
+use crate::stages::engine::memory::{device_limit, MemoryGuard};
+use crate::stages::engine::model::{LoadTarget, Model, ModelInput, WarmUp};
+use crate::stages::engine::precision::CpuFeatures;
+use crate::stages::engine::torch::EngineError;
+use crate::stages::engine::Loaded;
+use crate::status::gpu;
+use std::sync::Arc;
+use std::time::Instant;
+use tch::Device;
+
+/// Why a version was refused: the metric's `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// Its files could not be read or loaded (or the loader panicked).
+    Load,
+    /// It loaded but failed on real input.
+    WarmUp,
+    /// Its tokenizer differs from the serving one: it needs a restart.
+    TokenizerChanged,
+}
+
+impl RefusalReason {
+    pub const ALL: [Self; 3] = [Self::Load, Self::WarmUp, Self::TokenizerChanged];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Load => "load",
+            Self::WarmUp => "warm_up",
+            Self::TokenizerChanged => "tokenizer_changed",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("version {version}: {source}")]
+pub struct Refused {
+    pub version: u64,
+    pub reason: RefusalReason,
+    pub source: EngineError,
+}
+
+/// What loading any version of the worker's model needs.
+pub struct LoadContext {
+    pub device: Device,
+    /// libtorch intra-op threads for the warm-up (as the engine uses).
+    pub threads: i32,
+    /// `--engine-memory-limit-bytes`; `None`: derived from the device.
+    pub memory_limit: Option<u64>,
+    /// The batcher's limits: warm-up runs each bucket's shape.
+    pub limits: BucketLimits,
+    /// One real input (a tokenized sentence, a photo's pixels).
+    pub sample: ModelInput,
+    /// Real inputs a lower precision must agree with fp32 on (image models
+    /// use their version's reference photos when it ships them).
+    pub probes: Vec<ModelInput>,
+    /// The CPU's bf16 features (`--cpu-features`).
+    pub cpu: CpuFeatures,
+}
+
+/// A version loaded and warm, with what warming up found.
+pub struct Warmed {
+    pub loaded: Loaded,
+    pub warm: WarmUp,
+}
+
+/// Loads versions and keeps the refusals: the worker's one loader.
+#[derive(Default)]
+pub struct Loader {
+    pub refusals: Refusals,
+}
+
+impl Loader {
+    /// Loads and warms `version` on a blocking thread; a failure (a panic
+    /// included) is recorded as its refusal and gives `None`.
+    pub async fn load(
+        &mut self,
+        version: ModelVersion,
+        fingerprint: Option<Fingerprint>,
+        ctx: Arc<LoadContext>,
+    ) -> Option<Warmed> {
+        let number = version.version;
+        let loaded = tokio::task::spawn_blocking(move || load_version(&version, &ctx)).await;
+        let refused = match loaded {
+            Ok(Ok(warmed)) => return Some(warmed),
+            Ok(Err(refused)) => refused,
+            Err(e) => Refused {
+                version: number,
+                reason: RefusalReason::Load,
+                source: EngineError::WarmUp(format!("the loader panicked: {e}")),
+            },
+        };
+        self.refuse(refused, fingerprint);
+        None
+    }
+
+    /// Records `refused`: counted, logged, and skipped until its files change.
+    pub fn refuse(&mut self, refused: Refused, fingerprint: Option<Fingerprint>) {
+        metrics::counter!(MODEL_LOAD_FAILURES_TOTAL, "reason" => refused.reason.as_str()).increment(1);
+        tracing::error!(
+            version = refused.version,
+            reason = refused.reason.as_str(),
+            error = %refused.source,
+            "model version refused; the serving version stays"
+        );
+        self.refusals.refuse(refused.version, fingerprint);
+    }
+}
+
+/// Loads `version`, sets its memory limit and warms it up. Blocks.
+fn load_version(version: &ModelVersion, ctx: &LoadContext) -> Result<Warmed, Refused> {
+    let started = Instant::now();
+    tch::set_num_threads(ctx.threads);
+    let refused = |reason, source| Refused { version: version.version, reason, source };
+    let guard = MemoryGuard { cost: version.config.device.activation_cost(), limit: ctx.memory_limit };
+    let probes = probes_for(version, ctx);
+    let target = LoadTarget { device: ctx.device, cpu: ctx.cpu, probes: &probes };
+    let mut model = Model::load(version, &target, guard).map_err(|e| refused(RefusalReason::Load, e))?;
+    if let (None, Device::Cuda(index)) = (ctx.memory_limit, ctx.device) {
+        match gpu::device_memory(index as u32) {
+            Ok((total, used)) => {
+                let limit = device_limit(total, used, version.config.device.memory_fraction);
+                tracing::info!(total, used, limit, "device memory limit for batches");
+                model.set_memory_limit(Some(limit));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "device memory unknown (no NVML): batches are limited by out-of-memory errors only")
+            }
+        }
+    }
+    let warm = model.warm_up(&ctx.limits, &ctx.sample).map_err(|e| refused(RefusalReason::WarmUp, e))?;
+    tracing::info!(
+        version = version.version,
+        precision = model.precision.as_str(),
+        capped_buckets = warm.row_caps.len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "model version loaded and warm"
+    );
+    Ok(Warmed { loaded: Loaded { model, version: version.version }, warm })
+}
+
+/// The inputs `version`'s precision is judged on: its reference photos
+/// (`<version>/reference/*.rgb`, model inputs of `size`² RGB) for an image
+/// model that has them, else the context's probes.
+fn probes_for(version: &ModelVersion, ctx: &LoadContext) -> Vec<ModelInput> {
+    let Some(image) = version.config.image() else { return ctx.probes.clone() };
+    let expected = (image.size as usize).pow(2) * 3;
+    let mut photos: Vec<(std::path::PathBuf, Vec<u8>)> = std::fs::read_dir(version.file("reference"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rgb"))
+        .filter_map(|path| std::fs::read(&path).ok().map(|bytes| (path, bytes)))
+        .filter(|(_, bytes)| bytes.len() == expected)
+        .collect();
+    photos.sort();
+    if photos.is_empty() {
+        return ctx.probes.clone();
+    }
+    photos.into_iter().map(|(_, pixels)| ModelInput::Pixels(pixels)).collect()
+}

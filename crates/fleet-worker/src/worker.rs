@@ -1,0 +1,292 @@
+//! The worker, wired: builds each stage from the arguments and the first
+//! model version, joins them by bounded channels, runs them, and stops them
+//! in order. A slow stage stops the ones before it instead of letting memory
+//! grow: the admission stage simply stops reading.
+//!
+//! Shutdown is the same path run dry: reading and the repository watcher
+//! stop, each stage finishes what it holds and closes its output, the sink
+//! writes the last answers, the status reporter withdraws this worker's
+//! backlog, and the stored offsets are committed before `run` returns.
+
+use crate::config::{ModelKind, WorkerArgs};
+use crate::guard;
+use crate::job::{Job, SinkItem};
+use crate::serving::ServingVersion;
+use crate::shutdown;
+use crate::stages::admission::flow::FlowLimits;
+use crate::stages::admission::in_flight_limit::{InFlightLimit, LimitSettings};
+use crate::stages::admission::intake::DecodeSettings;
+use crate::stages::admission::policy::AdmissionPolicy;
+use crate::stages::admission::{AdmissionStage, Ended};
+use crate::stages::batch::bucket::Batch;
+use crate::stages::batch::BatchStage;
+use crate::stages::cache::{CacheStage, FeatureCache};
+use crate::stages::engine::torch::choose_device;
+use crate::stages::engine::{BatchFeedback, EngineCommand, EngineStage};
+use crate::stages::sink::{DeadLetters, LocalRecord, ResultSink, SinkStage};
+use crate::stages::source::ledger::Ledger;
+use crate::stages::source::Source;
+use crate::status::backlog::BacklogPublisher;
+use crate::status::endpoints;
+use crate::status::gpu::GpuMemory;
+use crate::status::health::Health;
+use crate::status::reporter::StatusReporter;
+use crate::versions::first::{load_first, FirstVersion, LoadSettings};
+use crate::versions::watcher::Watcher;
+use anyhow::{bail, Context, Result};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How many prepared requests may wait for the batch stage, beyond what it holds.
+const JOB_QUEUE: usize = 256;
+/// Batches formed ahead of the engine: one runs while the next is formed.
+const BATCH_QUEUE: usize = 1;
+const SINK_QUEUE: usize = 64;
+/// How long the first contact with Kafka may take before the worker goes on
+/// (unreachable: librdkafka keeps trying) or stops (a settings problem).
+const KAFKA_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the final commit may take at shutdown.
+const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the status reporter may take to withdraw at shutdown.
+const REPORTER_STOP_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<()> {
+    let device = choose_device(args.device)?;
+    // Once, before any libtorch work: batches run one at a time on the
+    // engine thread, each parallel inside (intra-op threads).
+    tch::set_num_interop_threads(1);
+    let health = Arc::new(Health::new(args.stall_timeout.as_millis() as u64));
+    let local_record = Arc::new(LocalRecord::default());
+    endpoints::serve(args.metrics_addr, &args.model, health.clone(), local_record.clone()).await?;
+    let mut kafka = args.kafka_config()?;
+    // Wrong credentials or an untrusted certificate end the worker here,
+    // with the reason, before the model loads (not as endless retries).
+    let probe = kafka.clone();
+    tokio::task::spawn_blocking(move || fleet_connect::kafka_check::check_at_start(&probe, KAFKA_CHECK_TIMEOUT))
+        .await??;
+    let settings = LoadSettings {
+        device,
+        threads: args.intra_op_threads() as i32,
+        memory_limit: args.engine_memory_limit_bytes,
+        cpu: args.cpu_features(),
+        decode: DecodeSettings { budget_bytes: args.decode_budget_bytes, threads: args.decode_threads },
+    };
+    let FirstVersion { version, warmed, intake, tokenizer, ctx, loader } =
+        load_first(&args.model_repo, &args.model, &settings).await?;
+    let serving = ServingVersion::new(version.version);
+    if version.config.kind == ModelKind::Image && kafka.get("max.partition.fetch.bytes").is_none() {
+        // One image message (up to 20 MB + headers) must fit a fetch
+        // (librdkafka's default: 1 MB per partition). Text models keep the
+        // default: their messages are small and the flow tests rely on it.
+        kafka.set("max.partition.fetch.bytes", "20971520");
+    }
+    let ttl = &version.config.ttl;
+    let redis = args.redis.client()?;
+    let results = ResultSink::connect(redis.clone(), ttl.result_ttl_s, ttl.feature_ttl_s)
+        .await
+        .with_context(|| format!("connecting to Redis at {}", args.redis.redacted_url()))?;
+    let cache = FeatureCache::connect(redis.clone(), args.model.clone()).await?;
+    let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic(), args.model.topic())?;
+    let backlog = BacklogPublisher::connect(redis, &args.model, args.worker_id()).await?;
+
+    let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
+    let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
+    let (command_tx, command_rx) = mpsc::channel::<EngineCommand>(BATCH_QUEUE);
+    let (sink_tx, sink_rx) = mpsc::channel::<SinkItem>(SINK_QUEUE);
+    let (batch_feedback_tx, batch_feedback_rx) = mpsc::unbounded_channel::<BatchFeedback>();
+    let (held_tx, held_rx) = mpsc::unbounded_channel();
+    for &(bucket, rows) in &warmed.warm.row_caps {
+        let _ = batch_feedback_tx.send(BatchFeedback::RowCap { bucket, rows });
+    }
+    let (stop_reading, reading) = shutdown::channel();
+    let (stop_reporting, reporting) = shutdown::channel();
+    let busy_us = Arc::new(AtomicU64::new(0));
+    let answered = Arc::new(AtomicU64::new(0));
+
+    let engine = EngineStage {
+        model: args.model.clone(),
+        threads: ctx.threads,
+        busy_us: busy_us.clone(),
+        serving: serving.clone(),
+        health: health.clone(),
+        commands: command_rx,
+        sink: sink_tx.clone(),
+        batch_feedback: batch_feedback_tx.clone(),
+        held_feedback: held_tx,
+    }
+    .spawn(warmed.loaded)?;
+    health.set_warm();
+    tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
+    let watcher = Watcher {
+        repo: args.model_repo.clone(),
+        model: args.model.clone(),
+        ctx,
+        serving: serving.clone(),
+        loader,
+        interval: args.model_poll_interval,
+        tokenizer,
+        commands: command_tx.clone(),
+        feedback: batch_feedback_tx,
+        shutdown: reading.clone(),
+    };
+    let watching = tokio::spawn(watcher.run());
+
+    let ledger = Arc::new(Ledger::new(health.clone()));
+    let (source, inbox) = Source::subscribe(
+        kafka,
+        ledger.clone(),
+        &args.model.consumer_group(),
+        &args.model.topic(),
+        args.prefetch_kbytes,
+    )?;
+    let source = Arc::new(source);
+    let committer = source.committer();
+    let reporter = StatusReporter {
+        answered: answered.clone(),
+        busy_us,
+        source: source.clone(),
+        backlog,
+        health: health.clone(),
+        gpu: device.is_cuda().then(open_gpu_memory).flatten(),
+        shutdown: reporting,
+    };
+    let reporter = tokio::spawn(reporter.run());
+    // Set once the drain starts: a stage ending after it is not a failure.
+    let stopping = Arc::new(AtomicBool::new(false));
+    let sink = SinkStage {
+        items: sink_rx,
+        results,
+        dead_letters,
+        local: local_record,
+        committer: committer.clone(),
+        answered,
+        health: health.clone(),
+    };
+    let sink = tokio::spawn(watched("sink", health.clone(), stopping.clone(), sink.run()));
+    let batch = BatchStage {
+        model: args.model.clone(),
+        serving: serving.clone(),
+        limits: version.config.batching.limits(version.config.max_input_len()),
+        jobs: job_rx,
+        batches: batch_tx,
+        feedback: batch_feedback_rx,
+        sink: sink_tx.clone(),
+        ledger: ledger.clone(),
+    };
+    let batch = tokio::spawn(watched("batcher", health.clone(), stopping.clone(), batch.run()));
+    let cache = CacheStage {
+        batches: batch_rx,
+        engine: command_tx,
+        sink: sink_tx.clone(),
+        cache,
+        serving: serving.clone(),
+        ledger,
+    };
+    let cache = tokio::spawn(watched("cache", health.clone(), stopping.clone(), cache.run()));
+    let admission = AdmissionStage {
+        inbox,
+        policy: AdmissionPolicy { model: args.model.clone(), serving, intake, request_ttl_ms: ttl.request_ttl_ms },
+        flow: FlowLimits {
+            max_messages: args.max_in_flight.max(1),
+            max_bytes: args.max_in_flight_bytes.max(1),
+            low_water_percent: usize::from(args.low_water_percent),
+        },
+        in_flight: adaptive_in_flight_limit(&args),
+        held: held_rx,
+        health: health.clone(),
+        jobs: job_tx,
+        sink: sink_tx,
+        shutdown: reading,
+    };
+    let mut admission = tokio::spawn(admission.run());
+
+    // Runs until the signal, or until reading ends on its own (a stage
+    // after it is gone).
+    let ended_early = tokio::select! {
+        _ = signal => None,
+        ended = &mut admission => Some(ended.context("admission task")?),
+    };
+    stop_reading.fire();
+    stopping.store(true, Ordering::Relaxed);
+    tracing::info!(in_flight = source.in_flight(), timeout = ?args.drain_timeout, "draining");
+    // The watcher holds a sender of the engine's queue, which must close
+    // for the engine to finish. Aborted, not only told: it may be waiting
+    // to hand a swap to a stuck engine.
+    watching.abort();
+    let _ = watching.await;
+    let drain = async {
+        let ended = match ended_early {
+            Some(ended) => ended,
+            None => admission.await.context("admission task")?,
+        };
+        batch.await.context("batch task")?;
+        cache.await.context("cache task")?;
+        let joined = tokio::task::spawn_blocking(move || engine.join()).await.context("engine join")?;
+        if joined.is_err() {
+            bail!("engine thread panicked");
+        }
+        sink.await.context("sink task")?;
+        Ok(ended)
+    };
+    let drained = tokio::time::timeout(args.drain_timeout, drain).await;
+    stop_reporting.fire();
+    let _ = tokio::time::timeout(REPORTER_STOP_TIMEOUT, reporter).await;
+    let ended = match drained {
+        Ok(result) => Some(result?),
+        // What is not answered yet keeps its offset uncommitted: the next
+        // owner of the partition reads it again.
+        Err(_) => {
+            tracing::warn!(left = source.in_flight(), "drain timed out; unanswered messages will be redelivered");
+            None
+        }
+    };
+    // Bounded: a broker that does not answer must not keep a stopping pod.
+    let commit = tokio::task::spawn_blocking(move || committer.commit_now());
+    match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {
+        Ok(Ok(result)) => result.context("final offset commit")?,
+        Ok(Err(e)) => tracing::warn!(error = %e, "final offset commit panicked"),
+        Err(_) => tracing::warn!("final offset commit timed out; the last auto-commit stands"),
+    }
+    if let Ok(mut source) = Arc::try_unwrap(source) {
+        source.close();
+    }
+    if ended_early.is_some() || ended == Some(Ended::PipelineClosed) {
+        bail!("a stage of the pipeline stopped; see the log above");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The AIMD in-flight limit the arguments ask for; `None` (fixed at
+/// `--max-in-flight`) with `--in-flight-target-wait 0`.
+fn adaptive_in_flight_limit(args: &WorkerArgs) -> Option<InFlightLimit> {
+    (!args.in_flight_target_wait.is_zero()).then(|| {
+        InFlightLimit::new(LimitSettings {
+            floor: args.min_in_flight.min(args.max_in_flight).max(1),
+            ceiling: args.max_in_flight.max(1),
+            target_ms: args.in_flight_target_wait.as_secs_f64() * 1000.0,
+            backoff: 0.8,
+        })
+    })
+}
+
+/// Runs a stage task; if it ends (or panics) before the drain began, the
+/// worker is broken beyond one message: liveness fails, naming the stage.
+async fn watched(stage: &'static str, health: Arc<Health>, stopping: Arc<AtomicBool>, task: impl Future<Output = ()>) {
+    use futures::FutureExt;
+    let outcome = std::panic::AssertUnwindSafe(task).catch_unwind().await;
+    if let Err(panic) = &outcome {
+        tracing::error!(stage, panic = guard::panic_message(panic.as_ref()), "a stage panicked");
+    }
+    if outcome.is_err() || !stopping.load(Ordering::Relaxed) {
+        tracing::error!(stage, "a stage stopped while the worker runs");
+        health.set_stage_stopped(stage);
+    }
+}
+
+fn open_gpu_memory() -> Option<GpuMemory> {
+    GpuMemory::open().map_err(|e| tracing::warn!(error = %e, "no NVML: GPU memory gauges are off")).ok()
+}
