@@ -1,9 +1,13 @@
 //! Text → token ids for the text engine, with the model's length policy.
 //!
 //! Padding is off on purpose: the batcher pads each batch to its longest row,
-//! so a short text never pays for 128 (or 512) tokens. Truncation is set to
-//! the model's `max_seq_len` so the special tokens survive it; whether a
-//! truncated text is served or refused is the config's `truncate`.
+//! so a short text never pays for 128 (or 512) tokens. A text is first
+//! encoded whole, which tells its true length; only one over `max_seq_len`
+//! is encoded again by the tokenizer's own truncation, so the special tokens
+//! survive it. Whether such a text is served truncated or refused is the
+//! config's `truncate`. (Not one truncating encode: since tokenizers 0.23 it
+//! stops tokenizing at the limit, so it cannot say by how much a text was
+//! over, nor, for a tokenizer that adds no special tokens, that it was.)
 
 use std::path::Path;
 use tokenizers::{Tokenizer, TruncationParams};
@@ -14,7 +18,7 @@ pub enum TokenizeError {
     Load { path: String, reason: String },
     #[error("tokenizer failed: {0}")]
     Encode(String),
-    #[error("text is {tokens}+ tokens, over max_seq_len {max}")]
+    #[error("text is {tokens} tokens, over max_seq_len {max}")]
     TooLong { tokens: usize, max: usize },
 }
 
@@ -26,7 +30,10 @@ pub struct Tokenized {
 }
 
 pub struct TextTokenizer {
-    inner: Tokenizer,
+    /// Without truncation: every text's true length.
+    whole: Tokenizer,
+    /// Truncating to `max_seq_len`, special tokens kept.
+    truncating: Tokenizer,
     max_seq_len: usize,
     truncate: bool,
 }
@@ -42,21 +49,28 @@ impl TextTokenizer {
     /// for a caller that also keeps the bytes.
     pub fn from_bytes(path: &Path, bytes: &[u8], max_seq_len: usize, truncate: bool) -> Result<Self, TokenizeError> {
         let load_error = |reason: String| TokenizeError::Load { path: path.display().to_string(), reason };
-        let mut inner = Tokenizer::from_bytes(bytes).map_err(|e| load_error(e.to_string()))?;
-        inner.with_padding(None);
-        inner
+        let mut whole = Tokenizer::from_bytes(bytes).map_err(|e| load_error(e.to_string()))?;
+        whole.with_padding(None);
+        whole.with_truncation(None).map_err(|e| load_error(e.to_string()))?;
+        let mut truncating = whole.clone();
+        truncating
             .with_truncation(Some(TruncationParams { max_length: max_seq_len, ..TruncationParams::default() }))
             .map_err(|e| load_error(e.to_string()))?;
-        Ok(Self { inner, max_seq_len, truncate })
+        Ok(Self { whole, truncating, max_seq_len, truncate })
     }
 
     pub fn tokenize(&self, text: &str) -> Result<Tokenized, TokenizeError> {
-        let encoding = self.inner.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
-        let truncated = !encoding.get_overflowing().is_empty();
-        if truncated && !self.truncate {
-            let tokens = self.max_seq_len + encoding.get_overflowing().iter().map(|o| o.len()).sum::<usize>();
-            return Err(TokenizeError::TooLong { tokens, max: self.max_seq_len });
+        let encode = |tokenizer: &Tokenizer| {
+            let encoding = tokenizer.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
+            Ok::<_, TokenizeError>(encoding.get_ids().iter().map(|&id| i64::from(id)).collect::<Vec<i64>>())
+        };
+        let ids = encode(&self.whole)?;
+        if ids.len() <= self.max_seq_len {
+            return Ok(Tokenized { ids, truncated: false });
         }
-        Ok(Tokenized { ids: encoding.get_ids().iter().map(|&id| i64::from(id)).collect(), truncated })
+        if !self.truncate {
+            return Err(TokenizeError::TooLong { tokens: ids.len(), max: self.max_seq_len });
+        }
+        Ok(Tokenized { ids: encode(&self.truncating)?, truncated: true })
     }
 }

@@ -107,6 +107,8 @@ fn each_bad_input_gets_its_stable_code() {
     assert_eq!(error_code(admit(&p, inbound(&text, b" \n\t "))), ErrorCode::EmptyInput);
     assert_eq!(error_code(admit(&p, inbound(&text, b"caf\xe9"))), ErrorCode::DecodeFailed);
     assert_eq!(error_code(admit(&p, inbound(&text, &[b'a'; 65]))), ErrorCode::TextTooLong);
+    let nine_words = "hello there a caption hello there a caption hello";
+    assert_eq!(error_code(admit(&p, inbound(&text, nine_words.as_bytes()))), ErrorCode::TextTooLong);
     let image = envelope(ContentType::Png);
     assert_eq!(error_code(admit(&p, inbound(&image, b"\x89PNG"))), ErrorCode::UnsupportedFormat);
 
