@@ -201,13 +201,20 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         sink: sink_tx,
         shutdown: reading,
     };
-    let mut admission = tokio::spawn(admission.run());
+    // Not spawned: reading runs on the thread that runs `run` (`main`'s
+    // `block_on`), a thread of its own beside the runtime's workers. On a
+    // small machine whose cores the engine and the clients keep busy, a
+    // spawned admission task shared two workers with every other task and
+    // the whole path ran at 0.6 of the engine instead of 0.8
+    // (docs/benchmarks.md).
+    let admission = admission.run();
+    tokio::pin!(admission);
 
     // Runs until the signal, or until reading ends on its own (a stage
     // after it is gone).
     let ended_early = tokio::select! {
         _ = signal => None,
-        ended = &mut admission => Some(ended.context("admission task")?),
+        ended = &mut admission => Some(ended),
     };
     stop_reading.fire();
     stopping.store(true, Ordering::Relaxed);
@@ -220,7 +227,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let drain = async {
         let ended = match ended_early {
             Some(ended) => ended,
-            None => admission.await.context("admission task")?,
+            None => admission.await,
         };
         batch.await.context("batch task")?;
         cache.await.context("cache task")?;
