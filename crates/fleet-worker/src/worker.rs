@@ -120,6 +120,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     .spawn(warmed.loaded)?;
     health.set_warm();
     tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
+    let batch_limits = ctx.limits.clone();
     let watcher = Watcher {
         repo: args.model_repo.clone(),
         model: args.model.clone(),
@@ -169,7 +170,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let batch = BatchStage {
         model: args.model.clone(),
         serving: serving.clone(),
-        limits: version.config.batching.limits(version.config.max_input_len()),
+        limits: batch_limits,
         jobs: job_rx,
         batches: batch_tx,
         feedback: batch_feedback_rx,

@@ -115,27 +115,31 @@ fn malformed_cases() -> Vec<(RawRecord, Ending)> {
     r.payload = Some(b"an empty key and no ce_id".to_vec());
     cases.push((r, Ending::DeadLetter { reason: "unreadable_request_id", payload: "an empty key and no ce_id" }));
     // ce_time and ce_deadline at the numeric extremes.
-    let mut r = good("time-far");
-    set_header(&mut r, h::TIME, b"9999-12-31T23:59:59.999Z");
-    cases.push((r, answer("time-far", Status::Ok, None)));
-    let mut r = good("time-epoch");
-    set_header(&mut r, h::TIME, b"1970-01-01T00:00:00Z");
-    cases.push((r, answer("time-epoch", Status::Expired, None)));
-    let mut r = good("time-before-epoch");
-    set_header(&mut r, h::TIME, b"0001-01-01T00:00:00Z");
-    cases.push((r, answer("time-before-epoch", Status::Error, Some("bad_request"))));
-    let mut r = good("deadline-max");
-    set_header(&mut r, h::DEADLINE, u64::MAX.to_string().as_bytes());
-    cases.push((r, answer("deadline-max", Status::Ok, None)));
-    let mut r = good("deadline-overflow");
-    set_header(&mut r, h::DEADLINE, b"18446744073709551616");
-    cases.push((r, answer("deadline-overflow", Status::Error, Some("bad_request"))));
-    let mut r = good("deadline-zero");
-    set_header(&mut r, h::DEADLINE, b"0");
-    cases.push((r, answer("deadline-zero", Status::Expired, None)));
-    let mut r = good("deadline-negative");
-    set_header(&mut r, h::DEADLINE, b"-1");
-    cases.push((r, answer("deadline-negative", Status::Error, Some("bad_request"))));
+    let u64_max = u64::MAX.to_string();
+    let extremes: [(&str, &str, &[u8], Ending); 7] = [
+        ("time-far", h::TIME, b"9999-12-31T23:59:59.999Z", answer("time-far", Status::Ok, None)),
+        ("time-epoch", h::TIME, b"1970-01-01T00:00:00Z", answer("time-epoch", Status::Expired, None)),
+        (
+            "time-before-epoch",
+            h::TIME,
+            b"0001-01-01T00:00:00Z",
+            answer("time-before-epoch", Status::Error, Some("bad_request")),
+        ),
+        ("deadline-max", h::DEADLINE, u64_max.as_bytes(), answer("deadline-max", Status::Ok, None)),
+        (
+            "deadline-overflow",
+            h::DEADLINE,
+            b"18446744073709551616",
+            answer("deadline-overflow", Status::Error, Some("bad_request")),
+        ),
+        ("deadline-zero", h::DEADLINE, b"0", answer("deadline-zero", Status::Expired, None)),
+        ("deadline-negative", h::DEADLINE, b"-1", answer("deadline-negative", Status::Error, Some("bad_request"))),
+    ];
+    for (id, header, value, ending) in extremes {
+        let mut r = good(id);
+        set_header(&mut r, header, value);
+        cases.push((r, ending));
+    }
     cases
 }
 

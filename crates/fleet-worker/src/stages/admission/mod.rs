@@ -176,10 +176,7 @@ fn admit_contained(policy: &AdmissionPolicy, mut inbound: Inbound, now: u64) -> 
         Ok(admitted) => admitted,
         Err(panic) => {
             let detail = format!("preparing the request failed: {panic}");
-            let id = guard::contain(Stage::Prepare, || {
-                let ce_id = inbound.header_pairs().find(|(n, _)| n.eq_ignore_ascii_case(fleet_proto::headers::ID));
-                fleet_proto::envelope::readable_id(inbound.key.as_deref(), ce_id.and_then(|(_, v)| v))
-            });
+            let id = guard::contain(Stage::Prepare, || inbound.readable_id());
             match id {
                 Ok(Some(id)) => {
                     let (model, version) = (policy.model.as_str(), policy.serving.get());

@@ -56,8 +56,7 @@ impl AdmissionPolicy {
     pub fn admit(&self, inbound: &mut Inbound, now_ms: u64) -> Admitted {
         let position = inbound.position.clone();
         if let Some(malformed) = inbound.malformed_header() {
-            let ce_id = inbound.header_pairs().find(|(name, _)| name.eq_ignore_ascii_case(fleet_proto::headers::ID));
-            return match fleet_proto::envelope::readable_id(inbound.key.as_deref(), ce_id.and_then(|(_, v)| v)) {
+            return match inbound.readable_id() {
                 Some(id) => self.refuse(position, id, ErrorCode::BadRequest, malformed.to_string(), None, now_ms),
                 None => dead_letter(inbound, MALFORMED_HEADER, malformed.to_string()),
             };

@@ -73,6 +73,14 @@ impl Inbound {
         self.headers.iter().filter_map(|h| Some((std::str::from_utf8(&h.name).ok()?, h.value.as_deref())))
     }
 
+    /// The request id an answer can be addressed to, from the key or else
+    /// `ce_id`, read without judging the rest of the message (for messages
+    /// that are refused before their envelope is read).
+    pub fn readable_id(&self) -> Option<fleet_proto::RequestId> {
+        let ce_id = self.header_pairs().find(|(name, _)| name.eq_ignore_ascii_case(fleet_proto::headers::ID));
+        fleet_proto::envelope::readable_id(self.key.as_deref(), ce_id.and_then(|(_, value)| value))
+    }
+
     /// The first header whose name is not UTF-8, if any.
     pub fn malformed_header(&self) -> Option<MalformedHeader> {
         self.headers.iter().enumerate().find(|(_, h)| std::str::from_utf8(&h.name).is_err()).map(|(index, h)| {
