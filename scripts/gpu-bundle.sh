@@ -64,7 +64,7 @@ gzip -9 "$bundle/fleet-bench"
 echo "$TORCH" >"$bundle/TORCH_VERSION"
 
 # The weights, not a TorchScript file: a trace holds the device it was made
-# on, so scripts/gpu-check.sh traces there (scripts/export_minilm.py
+# on, so scripts/gpu-check.sh traces there (scripts/export_model.py text
 # --device cuda). Saved in fp16 to fit (45 MB); the fp32 export widens them.
 python - "$bundle/hf-minilm" <<'EOF'
 import shutil, sys

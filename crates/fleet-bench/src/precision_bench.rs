@@ -56,21 +56,21 @@ fn text(args: &PrecisionArgs<'_>) -> Result<()> {
         .collect();
     anyhow::ensure!(rows.len() == TEXT_ROWS * TEXT_BATCHES, "the corpus is too short for {} rows", rows.len());
     let batches: Vec<Vec<&[i64]>> = rows.chunks(TEXT_ROWS).map(|b| b.iter().map(Vec::as_slice).collect()).collect();
-    let fp32 = TextModule::load(&version.file("model.pt"), tch::Device::Cpu)?;
-    let mut lower = TextModule::load(&version.file("model.pt"), tch::Device::Cpu)?;
+    let fp32 = TextModule::for_version(&version, tch::Device::Cpu)?;
+    let mut lower = TextModule::for_version(&version, tch::Device::Cpu)?;
     lower.convert(args.lower)?;
     let (mut reference, mut lowered) = (Vec::new(), Vec::new());
     for batch in &batches {
-        reference.extend(fp32.embed(batch)?);
-        lowered.extend(lower.embed(batch)?);
+        reference.extend(fp32.vectors(batch)?);
+        lowered.extend(lower.vectors(batch)?);
     }
     let cosine = min_cosine(&reference, &lowered);
     let (fp32_s, lower_s) = interleaved(args.rounds, |which| {
         for batch in &batches {
             if which {
-                lower.embed(batch)?
+                lower.vectors(batch)?
             } else {
-                fp32.embed(batch)?
+                fp32.vectors(batch)?
             };
         }
         Ok(())
@@ -109,13 +109,13 @@ fn image(args: &PrecisionArgs<'_>) -> Result<()> {
         .filter(|p| p.len() == expected)
         .collect();
     anyhow::ensure!(!pixels.is_empty(), "no reference photos of {size}x{size} in {}", version.dir.display());
-    let load = || ImageModule::load(&version.file("model.pt"), &version.file("labels.txt"), size, tch::Device::Cpu);
+    let load = || ImageModule::for_version(&version, tch::Device::Cpu);
     let fp32 = load()?;
     let mut lower = load()?;
     lower.convert(args.lower)?;
     let photo_refs: Vec<&[u8]> = pixels.iter().map(Vec::as_slice).collect();
-    let reference = fp32.probabilities(&photo_refs)?;
-    let lowered = match lower.probabilities(&photo_refs) {
+    let reference = fp32.vectors(&photo_refs)?;
+    let lowered = match lower.vectors(&photo_refs) {
         Ok(lowered) => lowered,
         Err(e) => {
             println!("efficientnet_lite0 does not run in {}: {e}", args.lower_name);
@@ -129,13 +129,13 @@ fn image(args: &PrecisionArgs<'_>) -> Result<()> {
     let top1 = reference.iter().zip(&lowered).filter(|(a, b)| top_class(a) == top_class(b)).count() as f64
         / reference.len() as f64;
     let batch: Vec<&[u8]> = photo_refs.iter().cycle().take(IMAGE_ROWS).copied().collect();
-    fp32.probabilities(&batch)?;
-    lower.probabilities(&batch)?;
+    fp32.vectors(&batch)?;
+    lower.vectors(&batch)?;
     let (fp32_s, lower_s) = interleaved(args.rounds, |which| {
         if which {
-            lower.probabilities(&batch)?
+            lower.vectors(&batch)?
         } else {
-            fp32.probabilities(&batch)?
+            fp32.vectors(&batch)?
         };
         Ok(())
     })?;

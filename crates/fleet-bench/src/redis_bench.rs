@@ -35,7 +35,7 @@ fn answers(n: usize, batch: usize, embedding: &[f32]) -> Vec<Vec<Finished>> {
 
 pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usize) -> Result<RedisFigures> {
     let row_refs: Vec<&[i64]> = rows.iter().map(Vec::as_slice).collect();
-    let embeddings = engine.embed(&row_refs)?;
+    let embeddings = engine.vectors(&row_refs)?;
     let batches = answers(n, rows.len(), &embeddings[0]);
     let mut sink = ResultSink::connect(redis::Client::open(redis_url)?, 30, 30).await?;
     let mut conn = redis::Client::open(redis_url)?.get_multiplexed_async_connection().await?;
@@ -62,7 +62,7 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
 
     // Cache hit vs compute, for one batch of `rows`.
     let model = ModelName::parse("minilm")?;
-    let mut cache = FeatureCache::connect(redis::Client::open(redis_url)?, model).await?;
+    let mut cache = FeatureCache::connect(redis::Client::open(redis_url)?, model, "bench".into()).await?;
     let hashes: Vec<String> = rows.iter().map(|r| tokens_hash(r)).collect();
     let mut seed = redis::pipe();
     for (hash, embedding) in hashes.iter().zip(&embeddings) {
@@ -80,7 +80,7 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
     let hit_ms = started.elapsed().as_secs_f64() * 1000.0 / reps as f64;
     let started = Instant::now();
     for _ in 0..5 {
-        engine.embed(&row_refs)?;
+        engine.vectors(&row_refs)?;
     }
     let compute_ms = started.elapsed().as_secs_f64() * 1000.0 / 5.0;
     clear(&mut conn).await?;

@@ -16,7 +16,8 @@
 //! - [`stages::cache`]: answers from the feature cache what was computed
 //!   before; the rest goes on.
 //! - [`stages::engine`]: the engine thread running batches on the serving
-//!   version (libtorch, split when out of memory), swapping versions.
+//!   version (libtorch, split when out of memory), swapping versions; the
+//!   module read as its config's signature and task say.
 //! - [`stages::sink`]: answers into Redis, dead letters to the DLQ topic,
 //!   each failure sorted by whether a retry can cure it.
 //!

@@ -88,7 +88,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let results = ResultSink::connect(redis.clone(), ttl.result_ttl_s, ttl.feature_ttl_s)
         .await
         .with_context(|| format!("connecting to Redis at {}", args.redis.redacted_url()))?;
-    let cache = FeatureCache::connect(redis.clone(), args.model.clone()).await?;
+    let cache = FeatureCache::connect(redis.clone(), args.model.clone(), version.config.task.tag()).await?;
     let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic(), args.model.topic())?;
     let backlog = BacklogPublisher::connect(redis, &args.model, args.worker_id()).await?;
 

@@ -8,7 +8,9 @@ mod common;
 use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient, SendError};
 use fleet_proto::{ContentType, ErrorCode, ModelName, RequestId, Status};
+use fleet_worker::stages::engine::labels::{load_labels, top_k};
 use fleet_worker::stages::engine::torch::ImageModule;
+use fleet_worker::versions::repository;
 use image::ImageEncoder;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -47,14 +49,13 @@ fn top(answer: &fleet_proto::Answer) -> (u64, String, f64) {
 #[test]
 fn the_model_gives_pythons_probabilities_on_the_same_pixels() {
     let reference = reference();
-    let engine =
-        ImageModule::load(&version_dir().join("model.pt"), &version_dir().join("labels.txt"), 224, tch::Device::Cpu)
-            .unwrap();
+    let version = repository::resolve(&common::model_repo(), &ModelName::parse("efficientnet_lite0").unwrap()).unwrap();
+    let engine = ImageModule::for_version(&version, tch::Device::Cpu).unwrap();
     let photos = reference["photos"].as_object().unwrap();
     let pixels: Vec<Vec<u8>> =
         photos.keys().map(|name| std::fs::read(version_dir().join(format!("reference/{name}.rgb"))).unwrap()).collect();
     let rows: Vec<&[u8]> = pixels.iter().map(Vec::as_slice).collect();
-    let got = engine.classify(&rows, 5).unwrap();
+    let got = engine.vectors(&rows).unwrap().iter().map(|scores| top_k(scores, 5)).collect::<Vec<_>>();
     for ((name, expected), got) in photos.iter().zip(got) {
         for (e, g) in expected.as_array().unwrap().iter().zip(got) {
             assert_eq!(e["index"].as_u64().unwrap() as usize, g.index, "{name}");
@@ -62,7 +63,8 @@ fn the_model_gives_pythons_probabilities_on_the_same_pixels() {
             assert!(diff < 1e-4, "{name}: class {} differs by {diff}", g.index);
         }
     }
-    assert_eq!(engine.labels[photos["coffee"][0]["index"].as_u64().unwrap() as usize].name(), "espresso");
+    let labels = load_labels(&version_dir().join("labels.txt")).unwrap();
+    assert_eq!(labels[photos["coffee"][0]["index"].as_u64().unwrap() as usize].name(), "espresso");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

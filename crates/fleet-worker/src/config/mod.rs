@@ -4,6 +4,8 @@
 
 pub mod args;
 pub mod model;
+pub mod signature;
 
 pub use args::{DeviceChoice, WorkerArgs};
 pub use model::{ModelConfig, ModelKind, ModelVersion, Precision};
+pub use signature::{Activation, ImageLayout, Pooling, TaskConfig, TextInput};

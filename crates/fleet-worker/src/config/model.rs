@@ -1,6 +1,8 @@
-//! A model's `config.toml` (how it is served: kind, batching, TTLs, device)
-//! and a version of it on disk. Validated at load; a bad value names its key.
+//! A model's `config.toml` (how it is served: kind, signature and task,
+//! batching, TTLs, device) and a version of it on disk. Validated at load; a
+//! bad value names its key.
 
+use super::signature::{self, ImageLayout, TaskConfig, TextInput};
 use crate::stages::batch::bucket::{default_boundaries, BucketLimits};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,8 @@ pub struct ModelConfig {
     pub version: Option<u64>,
     pub text: Option<TextConfig>,
     pub image: Option<ImageConfig>,
+    /// What the module's output is (`[task]`, required).
+    pub task: TaskConfig,
     pub batching: BatchingConfig,
     #[serde(default)]
     pub ttl: TtlConfig,
@@ -95,6 +99,12 @@ pub struct TextConfig {
     pub truncate: bool,
     #[serde(default = "default_max_text_bytes")]
     pub max_text_bytes: usize,
+    /// The tokenizer's padding token. Masked out, but it must be a valid id.
+    #[serde(default)]
+    pub pad_id: i64,
+    /// The module's arguments, in order.
+    #[serde(default = "signature::default_text_inputs")]
+    pub inputs: Vec<TextInput>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -110,8 +120,12 @@ pub struct ImageConfig {
     pub max_image_pixels: u64,
     #[serde(default = "default_formats")]
     pub formats: Vec<String>,
-    #[serde(default = "default_top_k")]
-    pub top_k: usize,
+    /// How pixels reach the module.
+    #[serde(default)]
+    pub layout: ImageLayout,
+    /// Per RGB channel, in 0..1 units (`nchw_float` only).
+    pub mean: Option<[f32; 3]>,
+    pub std: Option<[f32; 3]>,
 }
 
 impl ImageConfig {
@@ -206,9 +220,6 @@ fn default_max_image_pixels() -> u64 {
 fn default_formats() -> Vec<String> {
     fleet_image::Format::ALL.iter().map(|f| f.name().to_owned()).collect()
 }
-fn default_top_k() -> usize {
-    5
-}
 fn default_memory_fraction() -> f64 {
     0.9
 }
@@ -268,6 +279,10 @@ impl ModelConfig {
             if text.max_text_bytes == 0 {
                 return Err(("text.max_text_bytes", "must be above 0".into()));
             }
+            if text.pad_id < 0 {
+                return Err(("text.pad_id", format!("= {} must be a token id (0 or above)", text.pad_id)));
+            }
+            signature::validate_text_inputs(&text.inputs)?;
             if self.batching.max_batch_tokens.is_none() {
                 return Err(("batching.max_batch_tokens", "is required for text models".into()));
             }
@@ -291,10 +306,9 @@ impl ModelConfig {
                     "formats, max_image_bytes and max_image_pixels must be non-empty/above 0".into(),
                 ));
             }
-            if !(1..=1000).contains(&image.top_k) {
-                return Err(("image.top_k", "must be within 1..=1000".into()));
-            }
+            signature::validate_normalisation(image.layout, image.mean, image.std)?;
         }
+        signature::validate_task(&self.task, self.kind == ModelKind::Text)?;
         if !(1..=4096).contains(&self.batching.max_batch_size) {
             return Err((
                 "batching.max_batch_size",

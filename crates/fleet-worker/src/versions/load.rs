@@ -8,10 +8,10 @@ use super::lifecycle::{Fingerprint, Refusals};
 use crate::config::ModelVersion;
 use crate::metrics::MODEL_LOAD_FAILURES_TOTAL;
 use crate::stages::batch::bucket::BucketLimits;
+use crate::stages::engine::error::EngineError;
 use crate::stages::engine::memory::{device_limit, MemoryGuard};
 use crate::stages::engine::model::{LoadTarget, Model, ModelInput, WarmUp};
 use crate::stages::engine::precision::CpuFeatures;
-use crate::stages::engine::torch::EngineError;
 use crate::stages::engine::Loaded;
 use crate::status::gpu;
 use std::sync::Arc;
@@ -23,6 +23,9 @@ use tch::Device;
 pub enum RefusalReason {
     /// Its files could not be read or loaded (or the loader panicked).
     Load,
+    /// Its module does not take the inputs, or give the output, that the
+    /// model's config declares (the log names the key).
+    Signature,
     /// It loaded but failed on real input.
     WarmUp,
     /// Its tokenizer differs from the serving one: it needs a restart.
@@ -30,13 +33,22 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
-    pub const ALL: [Self; 3] = [Self::Load, Self::WarmUp, Self::TokenizerChanged];
+    pub const ALL: [Self; 4] = [Self::Load, Self::Signature, Self::WarmUp, Self::TokenizerChanged];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Load => "load",
+            Self::Signature => "signature",
             Self::WarmUp => "warm_up",
             Self::TokenizerChanged => "tokenizer_changed",
+        }
+    }
+
+    /// Why loading failed with `error`.
+    fn of_load(error: &EngineError) -> Self {
+        match error {
+            EngineError::Signature { .. } => Self::Signature,
+            _ => Self::Load,
         }
     }
 }
@@ -124,7 +136,7 @@ fn load_version(version: &ModelVersion, ctx: &LoadContext) -> Result<Warmed, Ref
     let guard = MemoryGuard { cost: version.config.device.activation_cost(), limit: ctx.memory_limit };
     let probes = probes_for(version, ctx);
     let target = LoadTarget { device: ctx.device, cpu: ctx.cpu, probes: &probes };
-    let mut model = Model::load(version, &target, guard).map_err(|e| refused(RefusalReason::Load, e))?;
+    let mut model = Model::load(version, &target, guard).map_err(|e| refused(RefusalReason::of_load(&e), e))?;
     if let (None, Device::Cuda(index)) = (ctx.memory_limit, ctx.device) {
         match gpu::device_memory(index as u32) {
             Ok((total, used)) => {

@@ -88,7 +88,7 @@ mod tests {
         std::fs::write(
             model.join("config.toml"),
             format!(
-                "kind = \"text\"\n{pin_line}[text]\nmax_seq_len = 8\n[batching]\nmax_batch_size = 2\nmax_batch_tokens = 16\nmax_attention_cells = 128\nmax_wait_ms = 1\n"
+                "kind = \"text\"\n{pin_line}[text]\nmax_seq_len = 8\n[task]\ntype = \"embedding\"\n[batching]\nmax_batch_size = 2\nmax_batch_tokens = 16\nmax_attention_cells = 128\nmax_wait_ms = 1\n"
             ),
         )
         .unwrap();

@@ -9,7 +9,7 @@ use super::repository;
 use crate::config::ModelVersion;
 use crate::serving::ServingVersion;
 use crate::shutdown::Shutdown;
-use crate::stages::engine::torch::EngineError;
+use crate::stages::engine::error::EngineError;
 use crate::stages::engine::{BatchFeedback, EngineCommand};
 use fleet_proto::ModelName;
 use std::path::PathBuf;

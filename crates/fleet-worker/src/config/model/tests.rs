@@ -1,6 +1,7 @@
 //! `config.toml` parsing and validation: each bad key refused by name.
 
 use super::*;
+use crate::config::signature;
 
 fn parse(raw: &str) -> Result<ModelConfig, String> {
     let config: ModelConfig = toml::from_str(raw).map_err(|e| e.to_string())?;
@@ -12,6 +13,8 @@ const GOOD: &str = r#"
     kind = "text"
     [text]
     max_seq_len = 256
+    [task]
+    type = "embedding"
     [batching]
     max_batch_size = 32
     max_batch_tokens = 4096
@@ -43,6 +46,15 @@ fn the_shipped_image_config_is_valid_and_batches_on_rows_only() {
     let limits = c.batching.limits(c.max_input_len());
     assert_eq!(limits.boundaries, vec![1]);
     assert!(limits.fits(8, 1) && !limits.fits(9, 1));
+}
+
+#[test]
+fn the_shipped_float_input_config_is_valid() {
+    let c = parse(include_str!("../../../../../scripts/models/efficientnet_lite1.config.toml")).unwrap();
+    let image = c.image().unwrap();
+    assert_eq!((image.layout, image.size), (signature::ImageLayout::NchwFloat, 240));
+    assert!(image.mean.is_some() && image.std.is_some());
+    assert!(matches!(c.task, TaskConfig::Classification { activation: signature::Activation::Softmax, top_k: 5, .. }));
 }
 
 #[test]
@@ -91,4 +103,75 @@ fn per_bucket_waits_and_explicit_buckets() {
     let default = parse(GOOD).unwrap().batching.limits(256);
     assert_eq!(default.boundaries.last(), Some(&256));
     assert!(default.max_wait_ms.iter().all(|&ms| ms == 5));
+}
+
+#[test]
+fn the_signature_and_task_default_to_a_mean_pooled_normalised_embedding() {
+    let c = parse(GOOD).unwrap();
+    let text = c.text().unwrap();
+    assert_eq!((text.pad_id, text.inputs.clone()), (0, vec![TextInput::InputIds, TextInput::AttentionMask]));
+    assert_eq!(c.task, TaskConfig::Embedding { pooling: signature::Pooling::Mean, normalize: true });
+    let c = parse(&GOOD.replace(
+        "type = \"embedding\"",
+        "type = \"classification\"\nlabels = \"classes.txt\"\nactivation = \"sigmoid\"\ntop_k = 2",
+    ))
+    .unwrap();
+    assert_eq!(
+        c.task,
+        TaskConfig::Classification {
+            labels: "classes.txt".into(),
+            activation: signature::Activation::Sigmoid,
+            top_k: 2
+        }
+    );
+}
+
+/// `config` with its `[task]` section's body replaced.
+fn with_task(config: &str, body: &str) -> String {
+    let (before, rest) = config.split_once("[task]").unwrap();
+    let after = &rest[rest.find("[batching]").unwrap()..];
+    format!("{before}[task]\n{body}\n{after}")
+}
+
+#[test]
+fn each_bad_signature_key_is_refused_by_name() {
+    let task = |body: &str| with_task(GOOD, body);
+    let image = include_str!("../../../../../scripts/models/efficientnet_lite0.config.toml");
+    let float = image.replace("layout = \"nhwc_uint8\"", "layout = \"nchw_float\"");
+    let cases: Vec<(String, &str)> = vec![
+        (GOOD.replace("[task]\n    type = \"embedding\"\n", ""), "task"),
+        (task("type = \"rerank\""), "unknown variant `rerank`"),
+        (task("type = \"embedding\"\npooling = \"max\""), "unknown variant `max`"),
+        (task("type = \"embedding\"\npoolng = \"cls\""), "unknown field `poolng`"),
+        (task("type = \"classification\"\ntop_k = 0"), "task.top_k"),
+        (task("type = \"classification\"\nlabels = \"../labels.txt\""), "task.labels"),
+        (task("type = \"classification\"\nactivation = \"relu\""), "unknown variant `relu`"),
+        (GOOD.replace("max_seq_len = 256", "max_seq_len = 256\npad_id = -1"), "text.pad_id"),
+        (GOOD.replace("max_seq_len = 256", "max_seq_len = 256\ninputs = [\"attention_mask\"]"), "text.inputs"),
+        (
+            GOOD.replace("max_seq_len = 256", "max_seq_len = 256\ninputs = [\"input_ids\", \"input_ids\"]"),
+            "text.inputs",
+        ),
+        (GOOD.replace("max_seq_len = 256", "max_seq_len = 256\ninputs = [\"position_ids\"]"), "unknown variant"),
+        (image.replace("layout = \"nhwc_uint8\"", "layout = \"nhwc_uint8\"\nmean = [0.5, 0.5, 0.5]"), "image.mean"),
+        (float.clone(), "image.mean"),
+        (float.replace("layout = \"nchw_float\"", "layout = \"nchw_float\"\nmean = [0.5, 0.5, 0.5]"), "image.std"),
+        (
+            float.replace(
+                "layout = \"nchw_float\"",
+                "layout = \"nchw_float\"\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.0, 0.5]",
+            ),
+            "image.std",
+        ),
+        (with_task(image, "type = \"embedding\"\npooling = \"mean\""), "task.pooling"),
+    ];
+    for (raw, key) in cases {
+        let err = parse(&raw).unwrap_err();
+        assert!(err.contains(key), "expected {key:?} in: {err}");
+    }
+    let ok = float.replace(
+        "layout = \"nchw_float\"",
+        "layout = \"nchw_float\"\nmean = [0.485, 0.456, 0.406]\nstd = [0.229, 0.224, 0.225]",
+    );
+    assert_eq!(parse(&ok).unwrap().image().unwrap().layout, signature::ImageLayout::NchwFloat);
 }

@@ -56,6 +56,13 @@ impl Intake {
                 let path = version.file("tokenizer.json");
                 let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
                 let tokenizer = TextTokenizer::from_bytes(&path, &bytes, text.max_seq_len, text.truncate)?;
+                anyhow::ensure!(
+                    (text.pad_id as usize) < tokenizer.vocab_size(),
+                    "text.pad_id = {} is not an id of {} (its vocabulary has {} ids)",
+                    text.pad_id,
+                    path.display(),
+                    tokenizer.vocab_size()
+                );
                 let tokens = |text: &str| -> Result<ModelInput> {
                     let tokens = tokenizer.tokenize(text)?;
                     Ok(ModelInput::Tokens { ids: tokens.ids, truncated: false })

@@ -59,6 +59,11 @@ impl TextTokenizer {
         Ok(Self { whole, truncating, max_seq_len, truncate })
     }
 
+    /// Ids run from 0 to this, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.whole.get_vocab_size(true)
+    }
+
     pub fn tokenize(&self, text: &str) -> Result<Tokenized, TokenizeError> {
         let encode = |tokenizer: &Tokenizer| {
             let encoding = tokenizer.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;

@@ -1,6 +1,7 @@
 //! One feature-cache entry: its key (the model, version, precision and a
-//! hash of the exact model input) and what it stores, written by the engine
-//! stage with each computed answer and read by the cache stage.
+//! hash of the model's task and the exact model input) and what it stores,
+//! written by the engine stage with each computed answer and read by the
+//! cache stage.
 
 use crate::stages::engine::precision::Precision;
 use fleet_proto::{keys, ModelName};
@@ -35,12 +36,20 @@ pub struct Address<'a> {
     pub model: &'a ModelName,
     pub version: u64,
     pub precision: Precision,
+    /// `TaskConfig::tag`: the same input answers differently under another
+    /// pooling or top k.
+    pub task_tag: &'a str,
     pub input_hash: &'a str,
 }
 
 impl Address<'_> {
     pub fn key(&self) -> String {
-        keys::feature_key(self.model, self.version, self.precision.as_str(), self.input_hash)
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(self.task_tag.as_bytes());
+        hasher.update(b":");
+        hasher.update(self.input_hash.as_bytes());
+        let hash = &hasher.finalize().to_hex()[..32];
+        keys::feature_key(self.model, self.version, self.precision.as_str(), hash)
     }
 }
 
@@ -60,5 +69,15 @@ mod tests {
         assert_ne!(tokens_hash(&[101, 2023, 102]), tokens_hash(&[101, 2024, 102]));
         assert_ne!(tokens_hash(&[1]), tokens_hash(&[1, 0]));
         assert_eq!(tokens_hash(&[]).len(), 32);
+    }
+
+    #[test]
+    fn another_task_reads_other_entries() {
+        let model = ModelName::parse("m").unwrap();
+        let at =
+            |task_tag| Address { model: &model, version: 1, precision: Precision::Fp32, task_tag, input_hash: "ab" };
+        assert_eq!(at("t1").key(), at("t1").key());
+        assert_ne!(at("t1").key(), at("t2").key());
+        assert!(at("t1").key().starts_with("fleet:feat:m:1:fp32:"));
     }
 }

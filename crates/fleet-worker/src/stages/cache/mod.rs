@@ -31,17 +31,19 @@ use tokio::sync::mpsc;
 pub struct FeatureCache {
     conn: ConnectionManager,
     model: ModelName,
+    /// The served task's `TaskConfig::tag`.
+    task_tag: String,
 }
 
 impl FeatureCache {
-    pub async fn connect(client: redis::Client, model: ModelName) -> Result<Self, redis::RedisError> {
+    pub async fn connect(client: redis::Client, model: ModelName, task_tag: String) -> Result<Self, redis::RedisError> {
         // Short: a slow cache must not slow the batch more than it could save.
         let conn = fleet_connect::redis::managed(client, Duration::from_secs(1), Duration::from_millis(250)).await?;
-        Ok(Self { conn, model })
+        Ok(Self { conn, model, task_tag })
     }
 
     pub fn key(&self, version: u64, precision: Precision, input_hash: &str) -> String {
-        Address { model: &self.model, version, precision, input_hash }.key()
+        Address { model: &self.model, version, precision, task_tag: &self.task_tag, input_hash }.key()
     }
 
     /// One MGET for a batch under the keys of `version` in `precision`;

@@ -47,7 +47,13 @@ pub fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<J
             metrics::histogram!(QUEUE_WAIT_SECONDS).record(t.queue / 1000.0);
             let (answer, feature) = match output {
                 Ok(output) => {
-                    let at = Address { model, version, precision: engine.precision, input_hash: &job.input_hash };
+                    let at = Address {
+                        model,
+                        version,
+                        precision: engine.precision,
+                        task_tag: &engine.task_tag,
+                        input_hash: &job.input_hash,
+                    };
                     let feature = entry::key_value(&at, &output, infer_ms / row_count);
                     (Answer::ok(model.as_str(), version, output, t), feature)
                 }

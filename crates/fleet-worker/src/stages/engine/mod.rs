@@ -7,12 +7,17 @@
 //! runs on the new one: answers switch version at one point. Each answer
 //! carries the version that computed it.
 //!
-//! Inside: [`model`] (the served model of either kind, its precision and
-//! warm-up), [`torch`] (the tch wrappers), [`split`] (halving a batch that
-//! does not fit), [`memory`] (what a batch needs), [`precision`] (bf16,
-//! fp16 or fp32), [`batch_run`] (one batch's answers).
+//! Inside: [`model`] (the served model of either kind, its signature check,
+//! precision and warm-up, answers by task), [`torch`] (the tch wrappers),
+//! [`head`] (pooling, activation), [`labels`] (a classifier's labels and
+//! top-k), [`split`] (halving a batch that does not fit), [`memory`] (what
+//! a batch needs), [`precision`] (bf16, fp16 or fp32), [`batch_run`] (one
+//! batch's answers), [`error`].
 
 pub mod batch_run;
+pub mod error;
+pub mod head;
+pub mod labels;
 pub mod memory;
 pub mod model;
 pub mod precision;

@@ -1,12 +1,15 @@
 //! The served model of either kind behind one face: what one request's input
-//! is, how the model is warmed up, and its outputs as answer JSON. The
-//! other stages batch and retry without knowing which kind it serves.
+//! is, how the model is checked against its config and warmed up, and its
+//! outputs as answer JSON (the task's shape). The other stages batch and
+//! retry without knowing which kind or task it serves.
 
+use super::error::EngineError;
+use super::labels::{load_labels, top_k, Label};
 use super::memory::MemoryGuard;
 use super::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
 use super::split::{run_with_split, CallError, RowFailure, SplitRun};
-use super::torch::{EngineError, ImageModule, TextModule};
-use crate::config::{ModelKind, ModelVersion};
+use super::torch::{ImageModule, TextModule};
+use crate::config::{ModelKind, ModelVersion, TaskConfig};
 use crate::guard;
 use crate::stages::batch::bucket::BucketLimits;
 use crate::stages::cache::entry::{pixels_hash, tokens_hash};
@@ -49,15 +52,26 @@ impl ModelInput {
 /// The TorchScript module of the version's kind.
 enum Torch {
     Text(TextModule),
-    Image { module: ImageModule, top_k: usize },
+    Image(ImageModule),
 }
 
-/// A loaded, warm version: its module, the memory guard in front of it,
-/// and the precision it runs at.
+/// How one row's vector becomes its answer, by task.
+enum Answer {
+    /// `{"embedding": [...]}`.
+    Embedding,
+    /// `{"classes": [{"label", "index", "probability"}, ...]}`, best first.
+    Classes { labels: Vec<Label>, top_k: usize },
+}
+
+/// A loaded, warm version: its module, what its answers look like, the
+/// memory guard in front of it, and the precision it runs at.
 pub struct Model {
     torch: Torch,
+    answer: Answer,
     guard: MemoryGuard,
     pub precision: Precision,
+    /// The task's tag (`TaskConfig::tag`), in its feature-cache keys.
+    pub task_tag: String,
 }
 
 /// What warming up found: the batches that had to be split to fit, as
@@ -77,21 +91,25 @@ pub struct LoadTarget<'a> {
 }
 
 impl Model {
-    /// Loads the version's model.pt (and labels for image models) and
-    /// chooses its precision (`precision`): with `auto`, bf16 on a CPU that
-    /// computes it fast and fp16 on CUDA, each only when its outputs on the
-    /// probes agree with fp32's. `guard`'s estimate is for fp32 and is
-    /// scaled to the precision chosen.
+    /// Loads the version's model.pt (and the labels of a classifier),
+    /// checks it against the config's signature on the probes (a mismatch
+    /// is [`EngineError::Signature`], naming the key), and chooses its
+    /// precision (`precision`): with `auto`, bf16 on a CPU that computes it
+    /// fast and fp16 on CUDA, each only when its outputs on the probes agree
+    /// with fp32's. `guard`'s estimate is for fp32 and is scaled to the
+    /// precision chosen.
     pub fn load(version: &ModelVersion, target: &LoadTarget<'_>, guard: MemoryGuard) -> Result<Self, EngineError> {
         let configured = version.config.device.precision;
         let where_ = if target.device.is_cuda() { Target::Cuda } else { Target::Cpu(target.cpu) };
         let candidate = precision::candidate(configured, where_);
+        let answer = Answer::for_version(version)?;
         let fp32 = Torch::load(version, target.device)?;
+        check_signature(&fp32, &answer, target.probes)?;
         let (torch, choice) = match &candidate {
             Candidate::Fp32Only(_) => (fp32, precision::choose(configured, &candidate, None)),
             Candidate::Try(lower) => {
                 let mut lowered = Torch::load(version, target.device)?;
-                let agreement = lowered.convert(*lower, &fp32, target.probes);
+                let agreement = lowered.convert(*lower, &fp32, &answer, target.probes);
                 let choice = precision::choose(configured, &candidate, Some(&agreement));
                 (if choice.precision == *lower { lowered } else { fp32 }, choice)
             }
@@ -103,7 +121,7 @@ impl Model {
             "precision chosen"
         );
         let guard = MemoryGuard { cost: guard.cost.scaled(choice.precision.element_bytes(), 4), ..guard };
-        Ok(Self { torch, guard, precision: choice.precision })
+        Ok(Self { torch, answer, guard, precision: choice.precision, task_tag: version.config.task.tag() })
     }
 
     /// Sets the bytes a batch may use (the estimate is the model config's).
@@ -129,7 +147,7 @@ impl Model {
             // Image batches differ by row count only: warm every count
             // (about 10 ms an image on a CPU).
             let counts: Vec<usize> = match self.torch {
-                Torch::Image { .. } => (1..=fitting).collect(),
+                Torch::Image(_) => (1..=fitting).collect(),
                 Torch::Text(_) => vec![most],
             };
             for rows in counts {
@@ -156,42 +174,8 @@ impl Model {
     pub fn infer(&self, inputs: &[&ModelInput]) -> Result<Vec<Value>, EngineError> {
         let padded_len = inputs.iter().map(|i| i.len()).max().unwrap_or(0);
         self.guard.check(inputs.len(), padded_len).map_err(|over| EngineError::OutOfMemory(over.to_string()))?;
-        match &self.torch {
-            Torch::Text(module) => {
-                let rows: Vec<&[i64]> = inputs.iter().map(|input| token_ids(input)).collect();
-                let embeddings = module.embed(&rows)?;
-                Ok(inputs
-                    .iter()
-                    .zip(embeddings)
-                    .map(|(input, embedding)| {
-                        let truncated = matches!(input, ModelInput::Tokens { truncated: true, .. });
-                        json!({ "embedding": embedding, "tokens": input.len(), "truncated": truncated })
-                    })
-                    .collect())
-            }
-            Torch::Image { module, top_k, .. } => {
-                let images: Vec<&[u8]> = inputs.iter().map(|input| pixels(input)).collect();
-                let scored = module.classify(&images, *top_k)?;
-                Ok(scored
-                    .into_iter()
-                    .map(|classes| {
-                        let classes: Vec<Value> = classes
-                            .into_iter()
-                            .map(|c| {
-                                let label = &module.labels[c.index];
-                                json!({
-                                    "label": label.name(),
-                                    "synset": label.synset,
-                                    "index": c.index,
-                                    "probability": c.probability,
-                                })
-                            })
-                            .collect();
-                        json!({ "classes": classes })
-                    })
-                    .collect())
-            }
-        }
+        let vectors = self.torch.vectors(inputs)?;
+        inputs.iter().zip(vectors).map(|(input, vector)| self.answer.json(input, vector)).collect()
     }
 
     /// [`infer`](Self::infer), halving the batch while it does not fit in
@@ -210,47 +194,126 @@ impl Model {
 
 impl Torch {
     fn load(version: &ModelVersion, device: Device) -> Result<Self, EngineError> {
-        let model = version.file("model.pt");
         match version.config.kind {
-            ModelKind::Text => Ok(Self::Text(TextModule::load(&model, device)?)),
-            ModelKind::Image => {
-                let image = version.config.image().expect("validated: image models have [image]");
-                let module = ImageModule::load(&model, &version.file("labels.txt"), image.size, device)?;
-                Ok(Self::Image { module, top_k: image.top_k })
-            }
+            ModelKind::Text => Ok(Self::Text(TextModule::for_version(version, device)?)),
+            ModelKind::Image => Ok(Self::Image(ImageModule::for_version(version, device)?)),
+        }
+    }
+
+    /// The config key that declares this kind's module inputs.
+    fn inputs_key(&self) -> &'static str {
+        match self {
+            Self::Text(_) => "text.inputs",
+            Self::Image(_) => "image.layout",
         }
     }
 
     /// Converts the weights to `lower` and compares the outputs on
     /// `probes` with `fp32`'s (a panic in the lower precision counts as
     /// failing to run in it).
-    fn convert(&mut self, lower: Precision, fp32: &Torch, probes: &[ModelInput]) -> Agreement {
+    fn convert(&mut self, lower: Precision, fp32: &Torch, answer: &Answer, probes: &[ModelInput]) -> Agreement {
         let rows: Vec<&ModelInput> = probes.iter().collect();
-        let reference = match fp32.raw(&rows) {
+        let reference = match fp32.vectors(&rows) {
             Ok(outputs) => outputs,
             Err(e) => return Agreement::Fails(format!("fp32 itself failed on the probes: {e}")),
         };
         let lowered = guard::contain(guard::Stage::Model, || {
             match self {
                 Self::Text(module) => module.convert(lower.kind())?,
-                Self::Image { module, .. } => module.convert(lower.kind())?,
+                Self::Image(module) => module.convert(lower.kind())?,
             }
-            self.raw(&rows)
+            self.vectors(&rows)
         });
-        match (lowered, &*self) {
-            (Ok(Ok(outputs)), Self::Text(_)) => precision::embeddings_agreement(&reference, &outputs),
-            (Ok(Ok(outputs)), Self::Image { .. }) => precision::classes_agreement(&reference, &outputs),
+        match (lowered, answer) {
+            (Ok(Ok(outputs)), Answer::Embedding) => precision::embeddings_agreement(&reference, &outputs),
+            (Ok(Ok(outputs)), Answer::Classes { .. }) => precision::classes_agreement(&reference, &outputs),
             (Ok(Err(e)), _) => Agreement::Fails(e.to_string().lines().next().unwrap_or_default().to_owned()),
             (Err(panic), _) => Agreement::Fails(format!("it panicked: {panic}")),
         }
     }
 
-    /// The raw output vectors (embeddings, or all class probabilities).
-    fn raw(&self, inputs: &[&ModelInput]) -> Result<Vec<Vec<f32>>, EngineError> {
+    /// One vector per input: the task's embedding or class scores.
+    fn vectors(&self, inputs: &[&ModelInput]) -> Result<Vec<Vec<f32>>, EngineError> {
         match self {
-            Self::Text(module) => module.embed(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
-            Self::Image { module, .. } => module.probabilities(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
+            Self::Text(module) => module.vectors(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
+            Self::Image(module) => module.vectors(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
         }
+    }
+}
+
+impl Answer {
+    fn for_version(version: &ModelVersion) -> Result<Self, EngineError> {
+        match &version.config.task {
+            TaskConfig::Embedding { .. } => Ok(Self::Embedding),
+            TaskConfig::Classification { labels, top_k, .. } => {
+                let labels = load_labels(&version.file(labels)).map_err(EngineError::Labels)?;
+                Ok(Self::Classes { labels, top_k: *top_k })
+            }
+        }
+    }
+
+    /// The answer's `output` for one input and its vector. A text input
+    /// adds its token count and whether it was cut.
+    fn json(&self, input: &ModelInput, vector: Vec<f32>) -> Result<Value, EngineError> {
+        let mut output = match self {
+            Self::Embedding => json!({ "embedding": vector }),
+            Self::Classes { labels, top_k: k } => {
+                if vector.len() != labels.len() {
+                    return Err(labels_mismatch(labels.len(), vector.len()));
+                }
+                let classes: Vec<Value> = top_k(&vector, *k)
+                    .into_iter()
+                    .map(|scored| {
+                        let label = &labels[scored.index];
+                        let mut class = json!({
+                            "label": label.name(),
+                            "index": scored.index,
+                            "probability": scored.probability,
+                        });
+                        if let Some(id) = &label.id {
+                            class["synset"] = json!(id);
+                        }
+                        class
+                    })
+                    .collect();
+                json!({ "classes": classes })
+            }
+        };
+        if let ModelInput::Tokens { ids, truncated } = input {
+            output["tokens"] = json!(ids.len());
+            output["truncated"] = json!(truncated);
+        }
+        Ok(output)
+    }
+}
+
+fn labels_mismatch(labels: usize, classes: usize) -> EngineError {
+    EngineError::Signature {
+        key: "task.labels",
+        problem: format!("has {labels} labels, but the module scores {classes} classes"),
+    }
+}
+
+/// Runs real inputs of several lengths through the fp32 module before
+/// anything else: a module that refuses the inputs the config declares, or
+/// answers in a shape its task cannot read, is refused with the key to change.
+fn check_signature(torch: &Torch, answer: &Answer, probes: &[ModelInput]) -> Result<(), EngineError> {
+    let rows: Vec<&ModelInput> = probes.iter().take(3).collect();
+    let vectors = torch.vectors(&rows).map_err(|e| match e {
+        EngineError::Forward(e) => EngineError::Signature {
+            key: torch.inputs_key(),
+            problem: format!(
+                "the module refused its inputs as declared: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        },
+        other => other,
+    })?;
+    match (answer, vectors.first()) {
+        (Answer::Classes { labels, .. }, Some(vector)) if vector.len() != labels.len() => {
+            Err(labels_mismatch(labels.len(), vector.len()))
+        }
+        _ => Ok(()),
     }
 }
 

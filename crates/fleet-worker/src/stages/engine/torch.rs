@@ -2,51 +2,17 @@
 //!
 //! Everything here blocks, so it runs on a dedicated thread, never on the
 //! async runtime. A text batch is padded to its longest row (not to a fixed
-//! length) and passed as `(input_ids, attention_mask)`; the model returns
-//! one pooled, normalised embedding per row. An image batch is uint8 RGB
-//! `[rows, size, size, 3]` (the version's `input.toml`); the model normalises
-//! and returns class probabilities, of which the top k are answered.
+//! length) with the tokenizer's pad id and passed as the arguments `[text]
+//! inputs` lists (ids, attention mask, token type ids). An image batch is
+//! uint8 RGB `[rows, size, size, 3]`, or normalised floats `[rows, 3, size,
+//! size]`, as `[image] layout` says. The module's output becomes one vector
+//! per row through the task's [`Head`] (pooling, activation).
 
-use crate::config::DeviceChoice;
+use super::error::EngineError;
+use super::head::Head;
+use crate::config::{DeviceChoice, ImageLayout, ModelConfig, ModelVersion, TextInput};
 use std::path::Path;
 use tch::{CModule, Device, Kind, Tensor};
-
-/// `[PAD]` of BERT-style vocabularies; masked out, so its value never counts.
-pub const PAD_ID: i64 = 0;
-
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error("loading {path}: {source}")]
-    Load { path: String, source: tch::TchError },
-    #[error("model call failed: {0}")]
-    Forward(tch::TchError),
-    /// The batch did not fit: the memory guard refused it, or libtorch's
-    /// allocator failed. Split and retried, unlike the other errors.
-    #[error("out of device memory: {0}")]
-    OutOfMemory(String),
-    #[error("CUDA was asked for, but libtorch sees no CUDA device")]
-    NoCuda,
-    #[error("model returned shape {got:?}, expected [{rows}, dim]")]
-    BadShape { got: Vec<i64>, rows: usize },
-    #[error("labels: {0}")]
-    Labels(String),
-    #[error("warm-up failed: {0}")]
-    WarmUp(String),
-    #[error("{0}")]
-    Incompatible(String),
-}
-
-impl From<tch::TchError> for EngineError {
-    fn from(e: tch::TchError) -> Self {
-        let message = e.to_string();
-        if super::memory::is_out_of_memory(&message) {
-            // The first line names the allocation; the rest is a C++ backtrace.
-            Self::OutOfMemory(message.lines().next().unwrap_or_default().to_owned())
-        } else {
-            Self::Forward(e)
-        }
-    }
-}
 
 pub fn choose_device(choice: DeviceChoice) -> Result<Device, EngineError> {
     if choice != DeviceChoice::Cpu {
@@ -91,32 +57,56 @@ pub struct Padded {
     pub len: usize,
 }
 
-/// Pads every row to the longest one. Pure, so the padding rule is testable
-/// without libtorch.
-pub fn pad_to_longest(rows: &[&[i64]]) -> Padded {
+/// Pads every row to the longest one with `pad_id`. Pure, so the padding
+/// rule is testable without libtorch.
+pub fn pad_to_longest(rows: &[&[i64]], pad_id: i64) -> Padded {
     let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
     let mut ids = Vec::with_capacity(rows.len() * len);
     let mut mask = Vec::with_capacity(rows.len() * len);
     for row in rows {
         ids.extend_from_slice(row);
-        ids.extend(std::iter::repeat_n(PAD_ID, len - row.len()));
+        ids.extend(std::iter::repeat_n(pad_id, len - row.len()));
         mask.extend(std::iter::repeat_n(1, row.len()));
         mask.extend(std::iter::repeat_n(0, len - row.len()));
     }
     Padded { ids, mask, rows: rows.len(), len }
 }
 
+/// What a text module takes and how its output is read (from the config).
+#[derive(Debug, Clone)]
+pub struct TextSignature {
+    pub inputs: Vec<TextInput>,
+    pub pad_id: i64,
+    pub head: Head,
+}
+
+impl TextSignature {
+    /// `None` for an image model.
+    pub fn of(config: &ModelConfig) -> Option<Self> {
+        let text = config.text()?;
+        Some(Self { inputs: text.inputs.clone(), pad_id: text.pad_id, head: Head::for_task(&config.task) })
+    }
+}
+
 pub struct TextModule {
     module: CModule,
     device: Device,
+    signature: TextSignature,
 }
 
 impl TextModule {
-    pub fn load(path: &Path, device: Device) -> Result<Self, EngineError> {
+    /// The version's `model.pt`, read as its config declares.
+    pub fn for_version(version: &ModelVersion, device: Device) -> Result<Self, EngineError> {
+        let signature = TextSignature::of(&version.config)
+            .ok_or_else(|| EngineError::Incompatible(format!("{} is not a text model", version.name)))?;
+        Self::load(&version.file("model.pt"), device, signature)
+    }
+
+    pub fn load(path: &Path, device: Device, signature: TextSignature) -> Result<Self, EngineError> {
         let mut module = CModule::load_on_device(path, device)
             .map_err(|source| EngineError::Load { path: path.display().to_string(), source })?;
         module.set_eval();
-        Ok(Self { module, device })
+        Ok(Self { module, device, signature })
     }
 
     pub fn device(&self) -> Device {
@@ -129,23 +119,30 @@ impl TextModule {
         convert_parameters(&self.module, kind)
     }
 
-    /// One embedding per row, in row order.
-    pub fn embed(&self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, EngineError> {
+    /// One vector per row, in row order: the pooled embedding or the class
+    /// scores, as the task says.
+    pub fn vectors(&self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, EngineError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let padded = pad_to_longest(rows);
+        let padded = pad_to_longest(rows, self.signature.pad_id);
         let shape = [padded.rows as i64, padded.len as i64];
         let _no_grad = tch::no_grad_guard();
         let ids = Tensor::from_slice(&padded.ids).view(shape).to_device(self.device);
         let mask = Tensor::from_slice(&padded.mask).view(shape).to_device(self.device);
-        let out = self.module.forward_ts(&[ids, mask])?;
-        let size = out.size();
-        if size.len() != 2 || size[0] != padded.rows as i64 {
-            return Err(EngineError::BadShape { got: size, rows: padded.rows });
-        }
-        let out = out.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
-        Ok(Vec::<Vec<f32>>::try_from(&out)?)
+        let arguments: Vec<Tensor> = self
+            .signature
+            .inputs
+            .iter()
+            .map(|input| match input {
+                TextInput::InputIds => ids.shallow_clone(),
+                TextInput::AttentionMask => mask.shallow_clone(),
+                TextInput::TokenTypeIds => ids.zeros_like(),
+            })
+            .collect();
+        let out = self.module.forward_ts(&arguments)?;
+        let vectors = self.signature.head.apply(&out, padded.rows, Some(&mask))?;
+        Ok(Vec::<Vec<f32>>::try_from(&vectors.to_device(Device::Cpu).contiguous())?)
     }
 }
 
@@ -167,106 +164,90 @@ fn convert_parameters(module: &CModule, kind: Kind) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// One class of an image model: `labels.txt` line `<synset>\t<names>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Label {
-    pub synset: String,
-    /// Comma-separated names; the first one is the label answered.
-    pub names: String,
+/// What an image module takes and how its output is read (from the config).
+#[derive(Debug, Clone)]
+pub struct ImageSignature {
+    /// Input images are `size × size` RGB.
+    pub size: usize,
+    pub layout: ImageLayout,
+    /// Per channel, 0..1 units (`nchw_float`).
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+    pub head: Head,
 }
 
-impl Label {
-    pub fn name(&self) -> &str {
-        self.names.split(',').next().unwrap_or_default().trim()
-    }
-}
-
-pub fn parse_labels(text: &str) -> Result<Vec<Label>, String> {
-    text.lines()
-        .enumerate()
-        .map(|(i, line)| match line.split_once('\t') {
-            Some((synset, names)) if !synset.is_empty() && !names.trim().is_empty() => {
-                Ok(Label { synset: synset.to_owned(), names: names.trim().to_owned() })
-            }
-            _ => Err(format!("line {}: expected <synset><TAB><names>, got {line:?}", i + 1)),
+impl ImageSignature {
+    /// `None` for a text model.
+    pub fn of(config: &ModelConfig) -> Option<Self> {
+        let image = config.image()?;
+        Some(Self {
+            size: image.size as usize,
+            layout: image.layout,
+            mean: image.mean.unwrap_or([0.0; 3]),
+            std: image.std.unwrap_or([1.0; 3]),
+            head: Head::for_task(&config.task),
         })
-        .collect()
-}
-
-/// A class and its probability.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Scored {
-    pub index: usize,
-    pub probability: f32,
+    }
 }
 
 pub struct ImageModule {
     module: CModule,
     device: Device,
-    size: usize,
-    pub labels: Vec<Label>,
+    signature: ImageSignature,
+    /// What float inputs are made of: the weights' type (bf16 after `convert`).
+    input_kind: Kind,
 }
 
 impl ImageModule {
-    pub fn load(model: &Path, labels: &Path, size: u32, device: Device) -> Result<Self, EngineError> {
-        let raw =
-            std::fs::read_to_string(labels).map_err(|e| EngineError::Labels(format!("{}: {e}", labels.display())))?;
-        let labels = parse_labels(&raw).map_err(EngineError::Labels)?;
+    /// The version's `model.pt`, read as its config declares.
+    pub fn for_version(version: &ModelVersion, device: Device) -> Result<Self, EngineError> {
+        let signature = ImageSignature::of(&version.config)
+            .ok_or_else(|| EngineError::Incompatible(format!("{} is not an image model", version.name)))?;
+        Self::load(&version.file("model.pt"), device, signature)
+    }
+
+    pub fn load(model: &Path, device: Device, signature: ImageSignature) -> Result<Self, EngineError> {
         let mut module = CModule::load_on_device(model, device)
             .map_err(|source| EngineError::Load { path: model.display().to_string(), source })?;
         module.set_eval();
-        Ok(Self { module, device, size: size as usize, labels })
+        Ok(Self { module, device, signature, input_kind: Kind::Float })
     }
 
-    /// Converts the weights to `kind` (bf16, fp16). The input stays uint8
-    /// RGB: the module converts it to its weights' type (export_efficientnet.py).
+    /// Converts the weights to `kind` (bf16, fp16). A uint8 input stays
+    /// uint8 (the module converts it to its weights' type,
+    /// export_model.py); a float input is made in `kind`.
     pub fn convert(&mut self, kind: Kind) -> Result<(), EngineError> {
-        convert_parameters(&self.module, kind)
+        convert_parameters(&self.module, kind)?;
+        self.input_kind = kind;
+        Ok(())
     }
 
-    /// Every class's probability for each image, as f32.
-    pub fn probabilities(&self, images: &[&[u8]]) -> Result<Vec<Vec<f32>>, EngineError> {
+    /// One vector per image (`size² × 3` RGB bytes), in order: class scores
+    /// or an embedding, as the task says.
+    pub fn vectors(&self, images: &[&[u8]]) -> Result<Vec<Vec<f32>>, EngineError> {
         if images.is_empty() {
             return Ok(Vec::new());
         }
-        let probabilities = self.forward(images)?;
-        Ok(Vec::<Vec<f32>>::try_from(&probabilities.to_device(Device::Cpu).to_kind(Kind::Float).contiguous())?)
-    }
-
-    /// The `top_k` most probable classes of each image (`size² × 3` RGB
-    /// bytes), most probable first.
-    pub fn classify(&self, images: &[&[u8]], top_k: usize) -> Result<Vec<Vec<Scored>>, EngineError> {
-        if images.is_empty() {
-            return Ok(Vec::new());
-        }
-        let probabilities = self.forward(images)?;
-        let k = top_k.min(self.labels.len()) as i64;
-        let (values, indices) = probabilities.topk(k, 1, true, true);
-        let values = Vec::<Vec<f32>>::try_from(&values.to_device(Device::Cpu).to_kind(Kind::Float).contiguous())?;
-        let indices = Vec::<Vec<i64>>::try_from(&indices.to_device(Device::Cpu).contiguous())?;
-        Ok(values
-            .into_iter()
-            .zip(indices)
-            .map(|(ps, is)| is.into_iter().zip(ps).map(|(i, p)| Scored { index: i as usize, probability: p }).collect())
-            .collect())
-    }
-
-    /// `[rows, classes]` probabilities on the device.
-    fn forward(&self, images: &[&[u8]]) -> Result<Tensor, EngineError> {
         let rows = images.len();
+        let size = self.signature.size;
         let pixels: Vec<u8> = images.concat();
-        let shape = [rows as i64, self.size as i64, self.size as i64, 3];
-        if pixels.len() != rows * self.size * self.size * 3 {
+        if pixels.len() != rows * size * size * 3 {
             return Err(EngineError::BadShape { got: vec![pixels.len() as i64], rows });
         }
         let _no_grad = tch::no_grad_guard();
-        let input = Tensor::from_slice(&pixels).view(shape).to_device(self.device);
-        let probabilities = self.module.forward_ts(&[input])?;
-        let size = probabilities.size();
-        if size.len() != 2 || size[0] != rows as i64 || size[1] != self.labels.len() as i64 {
-            return Err(EngineError::BadShape { got: size, rows });
-        }
-        Ok(probabilities)
+        let nhwc = Tensor::from_slice(&pixels).view([rows as i64, size as i64, size as i64, 3]).to_device(self.device);
+        let input = match self.signature.layout {
+            ImageLayout::NhwcUint8 => nhwc,
+            ImageLayout::NchwFloat => {
+                let mean = Tensor::from_slice(&self.signature.mean).to_device(self.device);
+                let std = Tensor::from_slice(&self.signature.std).to_device(self.device);
+                let unit = nhwc.to_kind(Kind::Float) / 255.0;
+                ((unit - mean) / std).permute([0, 3, 1, 2]).to_kind(self.input_kind).contiguous()
+            }
+        };
+        let out = self.module.forward_ts(&[input])?;
+        let vectors = self.signature.head.apply(&out, rows, None)?;
+        Ok(Vec::<Vec<f32>>::try_from(&vectors.to_device(Device::Cpu).contiguous())?)
     }
 }
 
@@ -275,24 +256,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn labels_parse_and_name_the_first_synonym() {
-        let labels = parse_labels("n07920052\tespresso\nn02123045\ttabby, tabby cat\n").unwrap();
-        assert_eq!(labels.len(), 2);
-        assert_eq!((labels[1].synset.as_str(), labels[1].name()), ("n02123045", "tabby"));
-        assert!(parse_labels("n0 no tab here\n").unwrap_err().starts_with("line 1"));
-    }
-
-    #[test]
     fn pads_each_row_to_the_longest_and_masks_the_padding() {
-        let p = pad_to_longest(&[&[101, 7, 102], &[101, 102]]);
+        let p = pad_to_longest(&[&[101, 7, 102], &[101, 102]], 1);
         assert_eq!((p.rows, p.len), (2, 3));
-        assert_eq!(p.ids, vec![101, 7, 102, 101, 102, PAD_ID]);
+        assert_eq!(p.ids, vec![101, 7, 102, 101, 102, 1]);
         assert_eq!(p.mask, vec![1, 1, 1, 1, 1, 0]);
     }
 
     #[test]
     fn an_empty_batch_is_empty() {
-        let p = pad_to_longest(&[]);
+        let p = pad_to_longest(&[], 0);
         assert_eq!((p.rows, p.len, p.ids.len()), (0, 0, 0));
     }
 }
