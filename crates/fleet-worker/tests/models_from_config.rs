@@ -2,8 +2,10 @@
 //! module that does not fit its config is refused with the key to change;
 //! EfficientNet-Lite1, exported with float NCHW input and logits (the worker
 //! normalises and applies softmax, as its config says), gives Python's
-//! probabilities; and three models of two kinds and two layouts answer at
-//! once on one broker, one worker each, as the chart deploys them.
+//! probabilities; a text classifier (the setup-trained test fixture, served
+//! under its export's draft config) gives Python's; and three models of two
+//! kinds and two layouts answer at once on one broker, one worker each, as
+//! the chart deploys them. Every answer fits docs/answer.schema.json.
 
 mod common;
 
@@ -22,6 +24,13 @@ use fleet_worker::stages::engine::torch::ImageModule;
 use fleet_worker::versions::repository;
 use serde_json::Value;
 use std::time::Duration;
+
+fn schema_errors(answer: &fleet_proto::Answer) -> Vec<String> {
+    let schema: Value = serde_json::from_str(include_str!("../../../docs/answer.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("docs/answer.schema.json is a valid schema");
+    let json = serde_json::to_value(answer).unwrap();
+    validator.iter_errors(&json).map(|e| format!("{e} in {json}")).collect()
+}
 
 fn version(model: &str) -> ModelVersion {
     repository::resolve(&common::model_repo(), &ModelName::parse(model).unwrap()).expect("run make setup")
@@ -155,13 +164,8 @@ async fn three_models_answer_at_once_on_one_broker_each_in_its_tasks_shape() {
     let refused_id = RequestId::parse("three-empty").unwrap();
     producer.send(&models[0], &Request::text(refused_id.clone(), "   ")).await.unwrap();
     let mut refused = results.wait(&refused_id, &models[..1], Duration::from_secs(60)).await.unwrap();
-    let answers = [&text, &images[names[1]], &images[names[2]], &refused["minilm"]];
-    let schema: Value = serde_json::from_str(include_str!("../../../docs/answer.schema.json")).unwrap();
-    let validator = jsonschema::validator_for(&schema).expect("docs/answer.schema.json is a valid schema");
-    for answer in answers {
-        let json = serde_json::to_value(answer).unwrap();
-        let errors: Vec<String> = validator.iter_errors(&json).map(|e| e.to_string()).collect();
-        assert!(errors.is_empty(), "{json} does not fit docs/answer.schema.json: {errors:?}");
+    for answer in [&text, &images[names[1]], &images[names[2]], &refused["minilm"]] {
+        assert_eq!(schema_errors(answer), Vec::<String>::new(), "docs/answer.schema.json");
     }
     assert_eq!(refused.remove("minilm").unwrap().status, Status::Error);
     for model in &names[1..] {
@@ -174,5 +178,60 @@ async fn three_models_answer_at_once_on_one_broker_each_in_its_tasks_shape() {
         assert_eq!(best["index"], python["index"], "{model}");
         let (got, expected) = (best["probability"].as_f64().unwrap(), python["probability"].as_f64().unwrap());
         assert!((got - expected).abs() < 0.1, "{model}: {got} here vs {expected} in Python");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_classifier_answers_pythons_probabilities_best_first() {
+    let _serial = serial().await;
+    let (broker, redis) = (Broker::start(), Redis::start());
+    let model = ModelName::parse("fixture_topics").unwrap();
+    let version = version("fixture_topics");
+    assert!(
+        std::fs::read_to_string(version.dir.parent().unwrap().join("config.toml")).unwrap().contains("export_model.py"),
+        "the fixture is served under the export's own draft config"
+    );
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(version.file("reference.json")).expect("run make setup"))
+            .unwrap();
+    let labels: Vec<String> =
+        std::fs::read_to_string(version.file("labels.txt")).unwrap().lines().map(str::to_owned).collect();
+    broker.create_topics(&model, 1).await;
+    let worker = Worker::start("fixture_topics", &broker, &redis, &[]);
+    worker.wait_until_serving(1).await;
+    let producer = FleetProducer::new(&broker.kafka(), "classifier-test").unwrap();
+    let items = reference["items"].as_array().unwrap();
+    let mut ids = Vec::new();
+    for (n, item) in items.iter().enumerate() {
+        let id = RequestId::parse(&format!("topic-{n}")).unwrap();
+        producer.send(&model, &Request::text(id.clone(), item["text"].as_str().unwrap())).await.unwrap();
+        ids.push(id);
+    }
+    let results = ResultClient::connect(&redis.url()).await.unwrap();
+    for (id, item) in ids.iter().zip(items) {
+        let mut answers = results.wait(id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
+        let answer = answers.remove("fixture_topics").unwrap();
+        assert_eq!(answer.status, Status::Ok, "{answer:?}");
+        assert_eq!(schema_errors(&answer), Vec::<String>::new(), "docs/answer.schema.json");
+        let output = answer.output.unwrap();
+        assert_eq!(output["tokens"], item["tokens"], "{}", item["text"]);
+        let python: Vec<f64> = item["probabilities"].as_array().unwrap().iter().map(|p| p.as_f64().unwrap()).collect();
+        let classes = output["classes"].as_array().unwrap();
+        assert_eq!(classes.len(), labels.len(), "top_k = every class of three");
+        let scores: Vec<f64> = classes.iter().map(|c| c["probability"].as_f64().unwrap()).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+        for class in classes {
+            let index = class["index"].as_u64().unwrap() as usize;
+            assert_eq!(class["label"], labels[index].as_str());
+            assert!(class.get("synset").is_none(), "plain labels carry no id");
+            let diff = (class["probability"].as_f64().unwrap() - python[index]).abs();
+            assert!(diff < 0.03, "{}: {} differs from Python by {diff}", item["text"], labels[index]);
+        }
+        let mut order: Vec<usize> = (0..python.len()).collect();
+        order.sort_by(|&a, &b| python[b].total_cmp(&python[a]));
+        if python[order[0]] - python[order[1]] > 0.05 {
+            // Clear enough that bf16 cannot swap them.
+            assert_eq!(classes[0]["index"].as_u64().unwrap() as usize, order[0], "{}", item["text"]);
+        }
     }
 }
