@@ -8,12 +8,13 @@
 //! carries the version that computed it.
 //!
 //! Inside: [`model`] (the served model of either kind, its signature check,
-//! precision and warm-up, answers by task), [`torch`] (the tch wrappers),
+//! precision and warm-up), [`answer`] (outputs by task), [`torch`] (the tch wrappers),
 //! [`head`] (pooling, activation), [`labels`] (a classifier's labels and
 //! top-k), [`split`] (halving a batch that does not fit), [`memory`] (what
 //! a batch needs), [`precision`] (bf16, fp16 or fp32), [`batch_run`] (one
 //! batch's answers), [`error`].
 
+pub mod answer;
 pub mod batch_run;
 pub mod error;
 pub mod head;

@@ -3,17 +3,17 @@
 //! outputs as answer JSON (the task's shape). The other stages batch and
 //! retry without knowing which kind or task it serves.
 
+use super::answer::{labels_mismatch, Answer, TextFields};
 use super::error::EngineError;
-use super::labels::{load_labels, top_k, Label};
 use super::memory::MemoryGuard;
 use super::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
 use super::split::{run_with_split, CallError, RowFailure, SplitRun};
 use super::torch::{ImageModule, TextModule};
-use crate::config::{ModelKind, ModelVersion, TaskConfig};
+use crate::config::{ModelKind, ModelVersion};
 use crate::guard;
 use crate::stages::batch::bucket::BucketLimits;
 use crate::stages::cache::entry::{pixels_hash, tokens_hash};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tch::Device;
 
 /// One request's exact model input.
@@ -40,6 +40,14 @@ impl ModelInput {
         self.len() == 0
     }
 
+    /// What a text input's answer adds.
+    pub fn text_fields(&self) -> Option<TextFields> {
+        match self {
+            Self::Tokens { ids, truncated } => Some(TextFields { tokens: ids.len(), truncated: *truncated }),
+            Self::Pixels(_) => None,
+        }
+    }
+
     /// The feature-cache address of this input.
     pub fn hash(&self) -> String {
         match self {
@@ -53,14 +61,6 @@ impl ModelInput {
 enum Torch {
     Text(TextModule),
     Image(ImageModule),
-}
-
-/// How one row's vector becomes its answer, by task.
-enum Answer {
-    /// `{"embedding": [...]}`.
-    Embedding,
-    /// `{"classes": [{"label", "index", "probability"}, ...]}`, best first.
-    Classes { labels: Vec<Label>, top_k: usize },
 }
 
 /// A loaded, warm version: its module, what its answers look like, the
@@ -175,7 +175,7 @@ impl Model {
         let padded_len = inputs.iter().map(|i| i.len()).max().unwrap_or(0);
         self.guard.check(inputs.len(), padded_len).map_err(|over| EngineError::OutOfMemory(over.to_string()))?;
         let vectors = self.torch.vectors(inputs)?;
-        inputs.iter().zip(vectors).map(|(input, vector)| self.answer.json(input, vector)).collect()
+        inputs.iter().zip(vectors).map(|(input, vector)| self.answer.json(vector, input.text_fields())).collect()
     }
 
     /// [`infer`](Self::infer), halving the batch while it does not fit in
@@ -238,59 +238,6 @@ impl Torch {
             Self::Text(module) => module.vectors(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
             Self::Image(module) => module.vectors(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
         }
-    }
-}
-
-impl Answer {
-    fn for_version(version: &ModelVersion) -> Result<Self, EngineError> {
-        match &version.config.task {
-            TaskConfig::Embedding { .. } => Ok(Self::Embedding),
-            TaskConfig::Classification { labels, top_k, .. } => {
-                let labels = load_labels(&version.file(labels)).map_err(EngineError::Labels)?;
-                Ok(Self::Classes { labels, top_k: *top_k })
-            }
-        }
-    }
-
-    /// The answer's `output` for one input and its vector. A text input
-    /// adds its token count and whether it was cut.
-    fn json(&self, input: &ModelInput, vector: Vec<f32>) -> Result<Value, EngineError> {
-        let mut output = match self {
-            Self::Embedding => json!({ "embedding": vector }),
-            Self::Classes { labels, top_k: k } => {
-                if vector.len() != labels.len() {
-                    return Err(labels_mismatch(labels.len(), vector.len()));
-                }
-                let classes: Vec<Value> = top_k(&vector, *k)
-                    .into_iter()
-                    .map(|scored| {
-                        let label = &labels[scored.index];
-                        let mut class = json!({
-                            "label": label.name(),
-                            "index": scored.index,
-                            "probability": scored.probability,
-                        });
-                        if let Some(id) = &label.id {
-                            class["synset"] = json!(id);
-                        }
-                        class
-                    })
-                    .collect();
-                json!({ "classes": classes })
-            }
-        };
-        if let ModelInput::Tokens { ids, truncated } = input {
-            output["tokens"] = json!(ids.len());
-            output["truncated"] = json!(truncated);
-        }
-        Ok(output)
-    }
-}
-
-fn labels_mismatch(labels: usize, classes: usize) -> EngineError {
-    EngineError::Signature {
-        key: "task.labels",
-        problem: format!("has {labels} labels, but the module scores {classes} classes"),
     }
 }
 
