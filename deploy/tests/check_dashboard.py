@@ -13,7 +13,7 @@
   with max by (group, topic, partition) (fleet-lag and every worker export
   the same series);
 * every metric the dashboard and the alerts name (dashboard_metrics.py) is
-  one the workers or fleet-lag export (the contract in ../shared/DESIGN.md).
+  one the workers or fleet-lag export (docs/metrics.md).
 
 Prints one line per check; exits 1 if any failed.
 """

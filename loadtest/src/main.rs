@@ -40,7 +40,7 @@ enum Command {
     /// The same burst through fixed and adaptive producer admission, each on
     /// a fleet started here: wasted (expired) and served (ok) answers.
     Admission(AdmissionArgs),
-    /// The fleet against a plain Python consumer (seed 004's design) on the
+    /// The fleet against a plain Python consumer (the usual design) on the
     /// same texts, broker and Redis, one after the other.
     Peer(PeerArgs),
 }
@@ -68,7 +68,7 @@ struct PeerArgs {
     /// The peer's Python: the setup's venv (env.sh puts it first on PATH).
     #[arg(long, default_value = "python3")]
     python: PathBuf,
-    #[arg(long, default_value = "loadtest/peer/seed004_consumer.py")]
+    #[arg(long, default_value = "loadtest/peer/plain_consumer.py")]
     script: PathBuf,
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     timeout: Duration,

@@ -1,6 +1,6 @@
 //! The fleet against the service a user would write instead: the same
 //! texts, the same broker and Redis setup, one side after the other with
-//! the whole machine each. The peer is `loadtest/peer/seed004_consumer.py`
+//! the whole machine each. The peer is `loadtest/peer/plain_consumer.py`
 //! (confluent-kafka, batches of 32 in arrival order, sentence-transformers
 //! with its defaults, redis-py, offsets committed after the write).
 //!

@@ -217,8 +217,8 @@ pub async fn read_load(conn: &mut MultiplexedConnection, model: &ModelName) -> r
     Ok(backlog::fresh_load(reports.values().map(String::as_str), now_ms()))
 }
 
-/// The deadline a worker gives a request that carries none (DESIGN.md:
-/// `request_ttl_ms` default).
+/// The deadline a worker gives a request that carries none (the model
+/// config's `request_ttl_ms` default, docs/protocol.md).
 pub const DEFAULT_REQUEST_TTL_MS: u64 = 30_000;
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Every metric ../shared/DESIGN.md names that a CPU worker exports.
+/// Every metric docs/metrics.md names that a CPU worker exports.
 const CONTRACT: &[&str] = &[
     "fleet_requests_total",
     "fleet_ttl_dropped_total",

@@ -1,6 +1,6 @@
 //! Device memory on CUDA workers: `nv_gpu_memory_used_bytes` and
-//! `nv_gpu_memory_total_bytes` per visible GPU, the numbers seed 000
-//! watched to stay under 90 %, read through NVML (the management library
+//! `nv_gpu_memory_total_bytes` per visible GPU, the numbers an operator
+//! watches to stay under 90 %, read through NVML (the management library
 //! the NVIDIA driver ships). NVML is loaded at run time, so a CPU worker
 //! needs nothing and exports no GPU series at all (absent, not zero).
 

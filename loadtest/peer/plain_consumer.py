@@ -1,6 +1,6 @@
 """The service a team would write instead of the fleet, for `loadtest peer`.
 
-A consumer in the style of the "seed 004" write-up: one confluent-kafka
+The usual design, without the fleet: one confluent-kafka
 consumer per model, batches of up to 32 messages in arrival order,
 sentence-transformers on CPU with its defaults, answers written with redis-py
 under the fleet's own keys (so the same checker reads both), offsets
