@@ -298,6 +298,7 @@ def check_hpa(docs, values):
         assert len(external) == 1
         assert external[0]["metric"]["name"] == "kafka_lag"
         assert external[0]["metric"]["selector"]["matchLabels"]["topic"] == f"infer.{name}"
+        assert external[0]["metric"]["selector"]["matchLabels"]["consumergroup"] == f"fleet.{name}"
         assert external[0]["target"] == {"type": "AverageValue", "averageValue": "100"}
         cpu = [m["resource"] for m in spec["metrics"] if m["type"] == "Resource"]
         assert cpu == [{"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}]
@@ -314,9 +315,9 @@ def check_adapter(docs):
     rules = values["rules"]["external"]
     assert len(rules) == 1
     rule = rules[0]
-    assert rule["seriesQuery"].startswith("kafka_consumergroup_lag{") and 'group=~"fleet\\\\..+"' in rule["seriesQuery"], rule["seriesQuery"]
+    assert rule["seriesQuery"].startswith("kafka_consumergroup_lag{") and 'consumergroup=~"fleet\\\\..+"' in rule["seriesQuery"], rule["seriesQuery"]
     assert rule["name"] == {"matches": "^kafka_consumergroup_lag$", "as": "kafka_lag"}
-    assert rule["metricsQuery"] == "sum by (group, topic) (max by (group, topic, partition) (<<.Series>>{<<.LabelMatchers>>}))"
+    assert rule["metricsQuery"] == "sum by (consumergroup, topic) (max by (consumergroup, topic, partition) (<<.Series>>{<<.LabelMatchers>>}))"
     assert rule["resources"]["overrides"]["namespace"] == {"resource": "namespace"}
     configmap = one(docs, "ConfigMap", f"{RELEASE}-prometheus-adapter")
     config = yaml.safe_load(configmap["data"]["config.yaml"])

@@ -10,7 +10,7 @@
   replaced) are written as recording rules and run through
   `promtool check rules`, i.e. Prometheus' own parser;
 * every lag sum, in the dashboard and in the alerts, first deduplicates
-  with max by (group, topic, partition) (fleet-lag and every worker export
+  with max by (consumergroup, topic, partition) (fleet-lag and every worker export
   the same series);
 * every metric the dashboard and the alerts name (dashboard_metrics.py) is
   one the workers or fleet-lag export (docs/metrics.md).
@@ -150,7 +150,7 @@ def main():
         for expr in exprs:
             if "kafka_consumergroup_lag" in expr and "kafka_consumergroup_lag_sum" not in expr:
                 flat = re.sub(r"\s+", " ", expr)
-                assert "max by (group, topic, partition)" in flat or flat.startswith("max by (topic, partition)"), \
+                assert "max by (consumergroup, topic, partition)" in flat or flat.startswith("max by (topic, partition)"), \
                     f"lag not deduplicated per partition: {flat}"
                 checked += 1
         assert checked >= 3

@@ -1,6 +1,6 @@
 //! Reads a consumer group's offsets from the broker and publishes its lag
-//! as `kafka_consumergroup_lag{group,topic,partition}` and
-//! `kafka_consumergroup_lag_sum{group,topic}`, the names kafka_exporter
+//! as `kafka_consumergroup_lag{consumergroup,topic,partition}` and
+//! `kafka_consumergroup_lag_sum{consumergroup,topic}`, the names kafka_exporter
 //! uses, so dashboards and adapters written for it work unchanged.
 //!
 //! Any consumer whose `group.id` is the group works: the committed offsets
@@ -56,13 +56,14 @@ pub fn publish(lag: &TopicLag) {
     for p in &lag.partitions {
         metrics::gauge!(
             LAG,
-            "group" => lag.group.clone(),
+            "consumergroup" => lag.group.clone(),
             "topic" => lag.topic.clone(),
             "partition" => p.partition.to_string()
         )
         .set(p.lag() as f64);
     }
-    metrics::gauge!(LAG_SUM, "group" => lag.group.clone(), "topic" => lag.topic.clone()).set(lag.total() as f64);
+    metrics::gauge!(LAG_SUM, "consumergroup" => lag.group.clone(), "topic" => lag.topic.clone())
+        .set(lag.total() as f64);
 }
 
 /// HELP lines for the lag gauges.

@@ -60,7 +60,7 @@ async fn wait_for_lag(addr: SocketAddr, group: &str, want: f64) -> String {
     loop {
         let scrape = tokio::task::spawn_blocking(move || http_get(addr, "/metrics")).await.unwrap();
         let body = scrape.map(|(_, body)| body).unwrap_or_default();
-        let sum = metric_value(&body, "kafka_consumergroup_lag_sum", &[("group", group)]);
+        let sum = metric_value(&body, "kafka_consumergroup_lag_sum", &[("consumergroup", group)]);
         if sum == want {
             return body;
         }
@@ -91,7 +91,13 @@ async fn exported_lag_is_what_the_group_has_not_committed() {
     // Nobody has consumed: the lag is every message, not zero.
     let scrape = wait_for_lag(addr, &group, 40.0).await;
     let per_partition: Vec<f64> = (0..PARTITIONS)
-        .map(|p| metric_value(&scrape, "kafka_consumergroup_lag", &[("group", &group), ("partition", &p.to_string())]))
+        .map(|p| {
+            metric_value(
+                &scrape,
+                "kafka_consumergroup_lag",
+                &[("consumergroup", &group), ("partition", &p.to_string())],
+            )
+        })
         .collect();
     assert_eq!(per_partition.iter().sum::<f64>(), 40.0, "{per_partition:?}");
     assert!(per_partition.iter().filter(|&&lag| lag > 0.0).count() > 1, "keys spread over partitions");

@@ -85,7 +85,7 @@ async fn a_worker_serves_health_readiness_and_every_contract_metric() {
     let scrape = loop {
         let scrape = worker.scrape().await;
         let partitions = scrape.lines().filter(|l| l.starts_with("kafka_consumergroup_lag{")).count();
-        let sum = metric_value(&scrape, "kafka_consumergroup_lag_sum", &[("group", "fleet.minilm")]);
+        let sum = metric_value(&scrape, "kafka_consumergroup_lag_sum", &[("consumergroup", "fleet.minilm")]);
         // The counter moves just after the answer is written; wait for both.
         let ok = metric_value(&scrape, "fleet_requests_total", &[("model", "minilm"), ("status", "ok")]);
         if (partitions == 8 && sum == 0.0 && ok == 40.0) || Instant::now() > deadline {

@@ -4,7 +4,7 @@
 //!   partition of `infer.<model>` against group `fleet.<model>`, including
 //!   partitions no worker owns (at zero replicas, or before the first
 //!   assignment), which a worker cannot see. Workers export the same series
-//!   for their topic; queries dedupe with `max by (group, topic, partition)`.
+//!   for their topic; queries dedupe with `max by (consumergroup, topic, partition)`.
 //! - `fleet-lag record`: the same measurement written as CSV over time (to
 //!   record a burst).
 //! - `fleet-lag replay`: a recorded CSV through the HPA's arithmetic: what
