@@ -593,7 +593,7 @@ def check_failures(helm):
         ("SASL without a password", {"kafka": {"sasl": {"enabled": True, "username": "u"}}}, "needs kafka.sasl.username and kafka.sasl.password"),
         ("min 0 with an HPA", {"models": [{"name": "minilm", "replicas": {"min": 0}}]}, "needs autoscaling.mode keda"),
         ("no model repository", {"modelRepository": {"image": {"repository": ""}}}, "modelRepository"),
-        ("bad device", {"models": [{"name": "minilm", "device": "tpu"}]}, "device must be cpu, cuda or auto"),
+        ("bad device", {"models": [{"name": "minilm", "device": "tpu"}]}, "models.0.device must be one of the following"),
         ("a password in redis.url", {"redis": {"url": "redis://fleet:hunter2@redis:6379"}}, "must not hold a password"),
         ("Redis TLS without its Secret",
          {"redis": {"url": "rediss://redis:6379", "tls": {"enabled": True}}}, "redis.tls.enabled needs redis.tls.existingSecret"),
@@ -614,6 +614,12 @@ def check_failures(helm):
          {"redis": {"url": "rediss://redis:6379", "tls": {"enabled": True, "existingSecret": "t",
                                                            "clientCertificate": True, "certKey": "ca.crt"}}},
          "must be three different keys"),
+        # values.schema.json: a key the chart does not know is an error, not ignored.
+        ("a misspelled model setting", {"modelDefaults": {"partition": 4}}, "Additional property partition is not allowed"),
+        ("a misspelled top-level key", {"autoscalling": {"mode": "keda"}}, "Additional property autoscalling is not allowed"),
+        ("a misspelled per-model key", {"models": [{"name": "minilm", "replica": {"max": 2}}]},
+         "Additional property replica is not allowed"),
+        ("a model name the worker refuses", {"models": [{"name": "mini.lm"}]}, "models.0.name"),
     ]
     for label, values, message in cases:
         code, stderr = helm.template(values, expect_failure=True)

@@ -279,8 +279,8 @@ stored under its "models" key, so no number goes through a string:
 {{- fail (printf "models[%d]: name is required" $i) -}}
 {{- end -}}
 {{- $name := toString $given.name -}}
-{{- if not (regexMatch "^[a-z0-9][a-z0-9_.-]{0,62}$" $name) -}}
-{{- fail (printf "models[%d]: name %q must be lower-case letters, digits, '_', '.' or '-'" $i $name) -}}
+{{- if not (regexMatch "^[a-z0-9_-]{1,64}$" $name) -}}
+{{- fail (printf "models[%d]: name %q must be 1-64 lower-case letters, digits, '_' or '-' (as the worker accepts)" $i $name) -}}
 {{- end -}}
 {{- if hasKey $seen $name -}}
 {{- fail (printf "models: %q is listed twice" $name) -}}
