@@ -15,6 +15,11 @@ use crate::keys::{ModelName, REDIS_PREFIX};
 /// How long a worker's report counts. Workers report every second.
 pub const MAX_REPORT_AGE_MS: u64 = 5_000;
 
+/// A report this old is a worker's that stopped without withdrawing it (a
+/// crash, a killed pod): any worker of the model deletes it. Far above
+/// the 1 s reporting period and any sane clock skew between hosts.
+pub const STALE_REPORT_AGE_MS: u64 = 120_000;
+
 /// A drain rate below this (answers per second) says nothing about the
 /// fleet's speed: it is idle, starting, or stalled. No wait is predicted
 /// from it.
@@ -45,6 +50,16 @@ pub fn decode(value: &str) -> Option<Report> {
         None => None,
     };
     Some(Report { backlog, at_ms, drain_per_s })
+}
+
+/// The fields of `fleet:backlog:<model>` to delete at `now_ms`: reports
+/// older than [`STALE_REPORT_AGE_MS`] and values that are no report at all.
+pub fn stale_fields<'a>(fields: impl IntoIterator<Item = (&'a str, &'a str)>, now_ms: u64) -> Vec<&'a str> {
+    fields
+        .into_iter()
+        .filter(|(_, value)| decode(value).is_none_or(|r| now_ms.saturating_sub(r.at_ms) > STALE_REPORT_AGE_MS))
+        .map(|(field, _)| field)
+        .collect()
 }
 
 /// The model's load: the fresh reports summed.
@@ -104,6 +119,18 @@ pub fn predicted_wait_ms(load: &Load) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stale_and_unreadable_reports_are_selected_for_deletion() {
+        let now = 1_000_000;
+        let fresh = encode(3, now - 1_000, 2.0);
+        let old_but_counting = encode(3, now - STALE_REPORT_AGE_MS, 2.0);
+        let crashed = encode(9, now - STALE_REPORT_AGE_MS - 1, 2.0);
+        let fields =
+            [("w1", fresh.as_str()), ("w2", old_but_counting.as_str()), ("w3", crashed.as_str()), ("w4", "garbage")];
+        assert_eq!(stale_fields(fields, now), vec!["w3", "w4"]);
+        assert!(stale_fields([("w1", fresh.as_str())], 0).is_empty(), "a report from the future is not stale");
+    }
+
     use super::*;
     use proptest::prelude::*;
 

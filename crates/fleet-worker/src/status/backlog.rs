@@ -2,6 +2,7 @@
 //! admission (`fleet_proto::backlog`).
 
 use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
 use std::time::Duration;
 
 /// Publishes this worker's backlog for producers' fail-fast admission
@@ -10,7 +11,13 @@ pub struct BacklogPublisher {
     conn: ConnectionManager,
     key: String,
     worker_id: String,
+    published: u64,
 }
+
+/// Every this many reports (about 30 s), the stale reports of workers that
+/// stopped without withdrawing are deleted: otherwise the hash keeps one
+/// field per crashed pod for as long as any worker of the model lives.
+const PRUNE_EVERY: u64 = 30;
 
 impl BacklogPublisher {
     pub async fn connect(
@@ -19,7 +26,7 @@ impl BacklogPublisher {
         worker_id: String,
     ) -> Result<Self, redis::RedisError> {
         let conn = fleet_connect::redis::managed(client, Duration::from_secs(2), Duration::from_secs(2)).await?;
-        Ok(Self { conn, key: fleet_proto::backlog::backlog_key(model), worker_id })
+        Ok(Self { conn, key: fleet_proto::backlog::backlog_key(model), worker_id, published: 0 })
     }
 
     pub async fn publish(&mut self, backlog: u64, now_ms: u64, drain_per_s: f64) -> Result<(), redis::RedisError> {
@@ -31,7 +38,24 @@ impl BacklogPublisher {
             .ignore()
             .query_async::<()>(&mut self.conn)
             .await?;
+        if self.published % PRUNE_EVERY == 0 {
+            self.prune(now_ms).await?;
+        }
+        self.published += 1;
         Ok(())
+    }
+
+    /// Deletes the reports older than `STALE_REPORT_AGE_MS` (and values that
+    /// are no report); returns how many. Any worker of the model may.
+    pub async fn prune(&mut self, now_ms: u64) -> Result<usize, redis::RedisError> {
+        let fields: Vec<(String, String)> = self.conn.hgetall(&self.key).await?;
+        let stale =
+            fleet_proto::backlog::stale_fields(fields.iter().map(|(f, v)| (f.as_str(), v.as_str())), now_ms);
+        if !stale.is_empty() {
+            tracing::info!(fields = ?stale, "deleting backlog reports of workers that stopped without withdrawing");
+            redis::cmd("HDEL").arg(&self.key).arg(&stale).query_async::<()>(&mut self.conn).await?;
+        }
+        Ok(stale.len())
     }
 
     /// Removes this worker's entry (at shutdown: it no longer owes anything).
