@@ -43,7 +43,13 @@ fn parse_answers(id: &RequestId, raw: BTreeMap<String, String>) -> Result<Answer
 pub struct ResultClient {
     client: redis::Client,
     conn: MultiplexedConnection,
+    /// Connections for `wait`'s BLPOP, which holds its connection: one per
+    /// `wait` in progress, kept for the next one when it ends cleanly.
+    blocking: std::sync::Mutex<Vec<MultiplexedConnection>>,
 }
+
+/// At most this many idle BLPOP connections are kept.
+const IDLE_BLOCKING_CONNECTIONS: usize = 16;
 
 impl ResultClient {
     /// A plain `redis://` URL, or `rediss://` trusting the system's roots.
@@ -58,7 +64,7 @@ impl ResultClient {
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)));
         let conn = client.get_multiplexed_async_connection_with_config(&config).await?;
-        Ok(Self { client, conn })
+        Ok(Self { client, conn, blocking: std::sync::Mutex::new(Vec::new()) })
     }
 
     /// The answers present now (possibly none, possibly partial).
@@ -162,20 +168,16 @@ impl ResultClient {
         if complete(&answers) {
             return Ok(answers);
         }
-        // BLPOP holds its connection: give it one of its own so that other
-        // callers of this client are not stuck behind it.
-        let mut blocking = self
-            .client
-            .get_multiplexed_async_connection_with_config(
-                &AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(timeout + Duration::from_secs(1))),
-            )
-            .await?;
+        // BLPOP holds its connection: it gets one of its own so that other
+        // callers of this client are not stuck behind it, reused by later
+        // waits. A wait that fails or is cancelled (`wait`'s bound) drops
+        // its connection: a BLPOP may still be pending on it.
+        let mut blocking = self.blocking_connection().await?;
         let ready = keys::ready_key(id);
         loop {
             let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() {
+                self.keep_blocking_connection(blocking);
                 let missing =
                     models.iter().filter(|m| !answers.contains_key(m.as_str())).map(|m| m.to_string()).collect();
                 return Err(ResultError::Timeout {
@@ -190,8 +192,35 @@ impl ResultClient {
             let _: Option<(String, String)> = blocking.blpop(&ready, wait_s).await?;
             answers = self.poll(id).await?;
             if complete(&answers) {
+                self.keep_blocking_connection(blocking);
                 return Ok(answers);
             }
+        }
+    }
+
+    /// An idle BLPOP connection, or a new one. No response timeout of its
+    /// own: `wait` bounds the whole call.
+    async fn blocking_connection(&self) -> Result<MultiplexedConnection, ResultError> {
+        let idle = self.blocking.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => Ok(self
+                .client
+                .get_multiplexed_async_connection_with_config(
+                    // No response timeout (the client's default is 500 ms, far
+                    // shorter than a BLPOP): `wait` bounds the whole call.
+                    &AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(Duration::from_secs(2)))
+                        .set_response_timeout(None),
+                )
+                .await?),
+        }
+    }
+
+    fn keep_blocking_connection(&self, conn: MultiplexedConnection) {
+        let mut idle = self.blocking.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if idle.len() < IDLE_BLOCKING_CONNECTIONS {
+            idle.push(conn);
         }
     }
 }

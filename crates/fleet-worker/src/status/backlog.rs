@@ -49,8 +49,7 @@ impl BacklogPublisher {
     /// are no report); returns how many. Any worker of the model may.
     pub async fn prune(&mut self, now_ms: u64) -> Result<usize, redis::RedisError> {
         let fields: Vec<(String, String)> = self.conn.hgetall(&self.key).await?;
-        let stale =
-            fleet_proto::backlog::stale_fields(fields.iter().map(|(f, v)| (f.as_str(), v.as_str())), now_ms);
+        let stale = fleet_proto::backlog::stale_fields(fields.iter().map(|(f, v)| (f.as_str(), v.as_str())), now_ms);
         if !stale.is_empty() {
             tracing::info!(fields = ?stale, "deleting backlog reports of workers that stopped without withdrawing");
             redis::cmd("HDEL").arg(&self.key).arg(&stale).query_async::<()>(&mut self.conn).await?;
