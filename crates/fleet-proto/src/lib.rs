@@ -17,9 +17,11 @@ pub mod headers;
 pub mod keys;
 pub mod limits;
 pub mod request_id;
+pub mod rerank;
 
 pub use answer::{Answer, ErrorCode, ErrorInfo, Status, Timings};
 pub use content_type::ContentType;
 pub use envelope::{Envelope, Rejection};
 pub use keys::ModelName;
 pub use request_id::RequestId;
+pub use rerank::RerankRequest;

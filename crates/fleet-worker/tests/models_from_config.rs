@@ -12,7 +12,7 @@ mod common;
 use common::{serial, Broker, Redis, Worker};
 use fleet_producer::summary::cosine;
 use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{ContentType, ModelName, RequestId, Status};
+use fleet_proto::{ContentType, ErrorCode, ModelName, RequestId, Status};
 use fleet_worker::config::{ModelVersion, Pooling, TaskConfig, TextInput};
 use fleet_worker::stages::admission::intake::{DecodeSettings, Intake};
 use fleet_worker::stages::engine::error::EngineError;
@@ -233,5 +233,76 @@ async fn a_text_classifier_answers_pythons_probabilities_best_first() {
             // Clear enough that bf16 cannot swap them.
             assert_eq!(classes[0]["index"].as_u64().unwrap() as usize, order[0], "{}", item["text"]);
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerank_request_is_answered_with_its_documents_in_score_order() {
+    let _serial = serial().await;
+    let (broker, redis) = (Broker::start(), Redis::start());
+    let model = ModelName::parse("fixture_reranker").unwrap();
+    let version = version("fixture_reranker");
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(version.file("reference.json")).expect("run make setup"))
+            .unwrap();
+    broker.create_topics(&model, 1).await;
+    let worker = Worker::start("fixture_reranker", &broker, &redis, &[]);
+    worker.wait_until_serving(1).await;
+    let producer = FleetProducer::new(&broker.kafka(), "rerank-test").unwrap();
+    let results = ResultClient::connect(&redis.url()).await.unwrap();
+    let items = reference["items"].as_array().unwrap();
+    let strings =
+        |v: &Value| -> Vec<String> { v.as_array().unwrap().iter().map(|d| d.as_str().unwrap().into()).collect() };
+    for (n, item) in items.iter().enumerate() {
+        let id = RequestId::parse(&format!("rerank-{n}")).unwrap();
+        let request = Request::rerank(id.clone(), item["query"].as_str().unwrap(), strings(&item["documents"]));
+        producer.send(&model, &request).await.unwrap();
+        let mut answers = results.wait(&id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
+        let answer = answers.remove("fixture_reranker").unwrap();
+        assert_eq!(answer.status, Status::Ok, "{answer:?}");
+        assert_eq!(schema_errors(&answer), Vec::<String>::new(), "docs/answer.schema.json");
+        let output = answer.output.unwrap();
+        assert_eq!(output["tokens"], item["tokens"], "the longest pair's tokens");
+        let python: Vec<f64> = item["scores"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap()).collect();
+        let ranked = output["results"].as_array().unwrap();
+        let indices: Vec<usize> = ranked.iter().map(|r| r["index"].as_u64().unwrap() as usize).collect();
+        let mut every = indices.clone();
+        every.sort();
+        assert_eq!(every, (0..python.len()).collect::<Vec<_>>(), "every document once");
+        let scores: Vec<f64> = ranked.iter().map(|r| r["score"].as_f64().unwrap()).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+        for (index, score) in indices.iter().zip(&scores) {
+            assert!(
+                (score - python[*index]).abs() < 0.03,
+                "document {index}: {score} here, {} in Python",
+                python[*index]
+            );
+        }
+        for pair in indices.windows(2) {
+            // Where Python's scores are clearly apart, the order is Python's.
+            if (python[pair[0]] - python[pair[1]]).abs() > 0.05 {
+                assert!(python[pair[0]] > python[pair[1]], "{indices:?} against Python's {python:?}");
+            }
+        }
+    }
+
+    let refused = [
+        (
+            "rerank-text",
+            Request::text(RequestId::parse("rerank-text").unwrap(), "a plain text"),
+            ErrorCode::UnsupportedFormat,
+        ),
+        (
+            "rerank-too-many",
+            Request::rerank(RequestId::parse("rerank-too-many").unwrap(), "q", vec!["a document".to_owned(); 17]),
+            ErrorCode::BadRequest,
+        ),
+    ];
+    for (id, request, code) in refused {
+        producer.send(&model, &request).await.unwrap();
+        let id = RequestId::parse(id).unwrap();
+        let mut answers = results.wait(&id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
+        let answer = answers.remove("fixture_reranker").unwrap();
+        assert_eq!(answer.error.as_ref().map(|e| e.code), Some(code), "{answer:?}");
     }
 }

@@ -309,6 +309,21 @@ impl ModelConfig {
             signature::validate_normalisation(image.layout, image.mean, image.std)?;
         }
         signature::validate_task(&self.task, self.kind == ModelKind::Text)?;
+        if let TaskConfig::Rerank { max_documents, .. } = self.task {
+            // A request's pairs are one unit in the batcher: the most it may
+            // carry, each of the longest length, must fit one batch.
+            let (rows, len) = (max_documents, self.max_input_len());
+            let limits = self.batching.limits(len);
+            if rows > limits.max_batch_size || !limits.fits(rows, len) {
+                return Err((
+                    "task.max_documents",
+                    format!(
+                        "= {rows}: {rows} pairs of max_seq_len {len} tokens must fit one batch \
+                         (batching.max_batch_size, max_batch_tokens, max_attention_cells)"
+                    ),
+                ));
+            }
+        }
         if !(1..=4096).contains(&self.batching.max_batch_size) {
             return Err((
                 "batching.max_batch_size",

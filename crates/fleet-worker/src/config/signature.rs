@@ -33,6 +33,19 @@ pub enum TaskConfig {
         #[serde(default = "default_top_k")]
         top_k: usize,
     },
+    /// A cross-encoder: each (query, document) pair of a request is one row
+    /// scored `[rows, 1]`; the answer lists the documents best first. A
+    /// request is `application/json` `{"query", "documents"}`.
+    Rerank {
+        /// What turns each pair's logit into its score: `sigmoid` (a
+        /// relevance probability) or `none` (the raw logit).
+        #[serde(default = "default_rerank_activation")]
+        activation: Activation,
+        /// Documents one request may carry: its pairs are batched together,
+        /// so this many of `max_seq_len` must fit one batch's budgets.
+        #[serde(default = "default_max_documents")]
+        max_documents: usize,
+    },
 }
 
 impl TaskConfig {
@@ -47,6 +60,7 @@ impl TaskConfig {
         match self {
             Self::Embedding { .. } => "embedding",
             Self::Classification { .. } => "classification",
+            Self::Rerank { .. } => "rerank",
         }
     }
 }
@@ -130,6 +144,16 @@ pub fn validate_task(task: &TaskConfig, text: bool) -> Result<(), (&'static str,
         {
             Err(("task.labels", format!("= {labels:?} must name a file in the version folder")))
         }
+        TaskConfig::Rerank { .. } if !text => {
+            Err(("task.type", "= \"rerank\" scores text pairs: a text model only".into()))
+        }
+        TaskConfig::Rerank { activation: Activation::Softmax, .. } => Err((
+            "task.activation",
+            "= \"softmax\" over one score per pair is always 1: use \"sigmoid\" or \"none\"".into(),
+        )),
+        TaskConfig::Rerank { max_documents, .. } if !(1..=1024).contains(max_documents) => {
+            Err(("task.max_documents", format!("= {max_documents} must be within 1..=1024")))
+        }
         _ => Ok(()),
     }
 }
@@ -180,4 +204,10 @@ fn default_labels() -> String {
 }
 fn default_top_k() -> usize {
     5
+}
+fn default_rerank_activation() -> Activation {
+    Activation::Sigmoid
+}
+fn default_max_documents() -> usize {
+    64
 }

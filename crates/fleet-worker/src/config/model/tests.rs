@@ -134,13 +134,25 @@ fn with_task(config: &str, body: &str) -> String {
 }
 
 #[test]
+fn a_rerank_task_fits_its_documents_in_one_batch() {
+    // 256 tokens x 8 pairs = 2048 tokens, x 256 = 524288 cells: within GOOD's budgets.
+    let c = parse(&with_task(GOOD, "type = \"rerank\"\nmax_documents = 8")).unwrap();
+    assert_eq!(c.task, TaskConfig::Rerank { activation: signature::Activation::Sigmoid, max_documents: 8 });
+    assert!(parse(&with_task(GOOD, "type = \"rerank\"\nmax_documents = 9")).is_err());
+}
+
+#[test]
 fn each_bad_signature_key_is_refused_by_name() {
     let task = |body: &str| with_task(GOOD, body);
     let image = include_str!("../../../../../scripts/models/efficientnet_lite0.config.toml");
     let float = image.replace("layout = \"nhwc_uint8\"", "layout = \"nchw_float\"");
     let cases: Vec<(String, &str)> = vec![
         (GOOD.replace("[task]\n    type = \"embedding\"\n", ""), "task"),
-        (task("type = \"rerank\""), "unknown variant `rerank`"),
+        (task("type = \"ranking\""), "unknown variant `ranking`"),
+        (task("type = \"rerank\""), "task.max_documents"),
+        (task("type = \"rerank\"\nmax_documents = 4\nactivation = \"softmax\""), "task.activation"),
+        (task("type = \"rerank\"\nmax_documents = 0"), "task.max_documents"),
+        (with_task(image, "type = \"rerank\""), "task.type"),
         (task("type = \"embedding\"\npooling = \"max\""), "unknown variant `max`"),
         (task("type = \"embedding\"\npoolng = \"cls\""), "unknown field `poolng`"),
         (task("type = \"classification\"\ntop_k = 0"), "task.top_k"),

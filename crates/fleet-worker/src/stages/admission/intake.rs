@@ -6,7 +6,7 @@
 
 use super::decode_budget::DecodeBudget;
 use super::tokenize::TextTokenizer;
-use crate::config::{ModelKind, ModelVersion};
+use crate::config::{ModelKind, ModelVersion, TaskConfig};
 use crate::stages::engine::model::ModelInput;
 use anyhow::{Context, Result};
 use fleet_image::{ImageLimits, InputGeometry};
@@ -14,8 +14,10 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 pub enum Intake {
-    /// Tokenized inline: microseconds per request.
-    Text { max_text_bytes: usize, tokenizer: Box<TextTokenizer> },
+    /// Tokenized inline: microseconds per request. `documents`: a rerank
+    /// model's most documents per request (its requests are
+    /// `{"query", "documents"}` pairs); `None` for one text per request.
+    Text { max_text_bytes: usize, tokenizer: Box<TextTokenizer>, documents: Option<usize> },
     /// Decoded on blocking threads after the header passed the limits.
     Image { limits: ImageLimits, decoding: Decoding },
 }
@@ -72,7 +74,13 @@ impl Intake {
                     probes: PROBE_TEXTS.iter().map(|text| tokens(text)).collect::<Result<_>>()?,
                     tokenizer: Some(bytes),
                 };
-                Ok((Self::Text { max_text_bytes: text.max_text_bytes, tokenizer: Box::new(tokenizer) }, samples))
+                let documents = match version.config.task {
+                    TaskConfig::Rerank { max_documents, .. } => Some(max_documents),
+                    _ => None,
+                };
+                let intake =
+                    Self::Text { max_text_bytes: text.max_text_bytes, tokenizer: Box::new(tokenizer), documents };
+                Ok((intake, samples))
             }
             ModelKind::Image => {
                 let image = version.config.image().context("image model without [image]")?;

@@ -13,10 +13,10 @@ use super::intake::Intake;
 use super::tokenize::{TextTokenizer, TokenizeError};
 use crate::job::{error_answer, timings, DeadLetter, Finished, Job, MALFORMED_HEADER};
 use crate::serving::ServingVersion;
-use crate::stages::engine::model::ModelInput;
+use crate::stages::engine::input::{ModelInput, PairRow};
 use crate::stages::source::message::{Inbound, Position};
 use fleet_image::{Format, ImageLimits};
-use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId};
+use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId, RerankRequest};
 
 /// What admission needs to know about the model it admits for.
 pub struct AdmissionPolicy {
@@ -79,7 +79,12 @@ impl AdmissionPolicy {
         let payload = inbound.payload.as_deref().unwrap_or_default();
         let request = Request { position, envelope, deadline_ms, payload, now_ms };
         match &self.intake {
-            Intake::Text { max_text_bytes, tokenizer } => self.admit_text(request, *max_text_bytes, tokenizer),
+            Intake::Text { max_text_bytes, tokenizer, documents: None } => {
+                self.admit_text(request, *max_text_bytes, tokenizer)
+            }
+            Intake::Text { max_text_bytes, tokenizer, documents: Some(max_documents) } => {
+                self.admit_pairs(request, *max_text_bytes, *max_documents, tokenizer)
+            }
             Intake::Image { limits, decoding } => match probe_image(&self.model, &request, limits) {
                 Ok(header) => {
                     let Request { position, envelope, deadline_ms, .. } = request;
@@ -134,6 +139,40 @@ impl AdmissionPolicy {
         }
     }
 
+    /// A rerank request: `{"query", "documents"}` as JSON, each document
+    /// paired with the query as one row.
+    fn admit_pairs(
+        &self,
+        request: Request<'_>,
+        max_text_bytes: usize,
+        max_documents: usize,
+        tokenizer: &TextTokenizer,
+    ) -> Admitted {
+        if request.envelope.content_type != ContentType::Json {
+            let message = format!(
+                "{} reranks {{\"query\", \"documents\"}} as {}, not {}",
+                self.model,
+                ContentType::Json,
+                request.envelope.content_type
+            );
+            return self.refuse_request(&request, ErrorCode::UnsupportedFormat, message);
+        }
+        let rerank = match RerankRequest::from_json(request.payload) {
+            Ok(rerank) => rerank,
+            Err(e) => {
+                let message = format!("not a rerank request {{\"query\", \"documents\": [...]}}: {e}");
+                return self.refuse_request(&request, ErrorCode::DecodeFailed, message);
+            }
+        };
+        match pair_rows(&rerank, max_text_bytes, max_documents, tokenizer) {
+            Ok(input) => {
+                let Request { position, envelope, deadline_ms, .. } = request;
+                Admitted::Job(Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms))
+            }
+            Err((code, message)) => self.refuse_request(&request, code, message),
+        }
+    }
+
     fn refuse_request(&self, request: &Request<'_>, code: ErrorCode, message: String) -> Admitted {
         let (position, id) = (request.position.clone(), request.envelope.id.clone());
         self.refuse(position, id, code, message, Some(request.envelope.created_ms), request.now_ms)
@@ -168,6 +207,46 @@ fn probe_image(
         return Err((ErrorCode::EmptyInput, "image is empty".into()));
     }
     fleet_image::probe(request.payload, Some(declared), limits).map_err(|e| (image_error_code(&e), e.to_string()))
+}
+
+/// A rerank request's pairs, or why it cannot be served.
+fn pair_rows(
+    rerank: &RerankRequest,
+    max_text_bytes: usize,
+    max_documents: usize,
+    tokenizer: &TextTokenizer,
+) -> Result<ModelInput, (ErrorCode, String)> {
+    if rerank.query.trim().is_empty() {
+        return Err((ErrorCode::EmptyInput, "the query is empty".into()));
+    }
+    if rerank.documents.is_empty() {
+        return Err((ErrorCode::EmptyInput, "no documents to rerank".into()));
+    }
+    if rerank.documents.len() > max_documents {
+        let message = format!("{} documents, at most {max_documents} per request", rerank.documents.len());
+        return Err((ErrorCode::BadRequest, message));
+    }
+    let texts = std::iter::once(("the query".to_owned(), &rerank.query))
+        .chain(rerank.documents.iter().enumerate().map(|(i, d)| (format!("document {i}"), d)));
+    for (what, text) in texts {
+        if text.len() > max_text_bytes {
+            return Err((ErrorCode::TextTooLong, format!("{what} is {} bytes, at most {max_text_bytes}", text.len())));
+        }
+        if text.trim().is_empty() {
+            return Err((ErrorCode::EmptyInput, format!("{what} is empty")));
+        }
+    }
+    let mut rows = Vec::with_capacity(rerank.documents.len());
+    let mut truncated = false;
+    for (i, document) in rerank.documents.iter().enumerate() {
+        let pair = tokenizer.tokenize_pair(&rerank.query, document).map_err(|e| match e {
+            TokenizeError::TooLong { .. } => (ErrorCode::TextTooLong, format!("query and document {i}: {e}")),
+            _ => (ErrorCode::DecodeFailed, e.to_string()),
+        })?;
+        truncated |= pair.truncated;
+        rows.push(PairRow { ids: pair.ids, type_ids: pair.type_ids });
+    }
+    Ok(ModelInput::Pairs { rows, truncated })
 }
 
 /// The whole message as a dead letter; what stays behind is its position.

@@ -29,6 +29,15 @@ pub struct Tokenized {
     pub truncated: bool,
 }
 
+/// A (query, document) pair as one row: its ids and segment ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenizedPair {
+    pub ids: Vec<i64>,
+    pub type_ids: Vec<i64>,
+    /// True when the pair was cut to `max_seq_len` (the longer side first).
+    pub truncated: bool,
+}
+
 pub struct TextTokenizer {
     /// Without truncation: every text's true length.
     whole: Tokenizer,
@@ -57,6 +66,28 @@ impl TextTokenizer {
             .with_truncation(Some(TruncationParams { max_length: max_seq_len, ..TruncationParams::default() }))
             .map_err(|e| load_error(e.to_string()))?;
         Ok(Self { whole, truncating, max_seq_len, truncate })
+    }
+
+    /// A (query, document) pair encoded as the tokenizer's template joins
+    /// two segments ([CLS] q [SEP] d [SEP] for BERT), with the same length
+    /// policy as [`tokenize`](Self::tokenize).
+    pub fn tokenize_pair(&self, query: &str, document: &str) -> Result<TokenizedPair, TokenizeError> {
+        let encode = |tokenizer: &Tokenizer| {
+            let encoding =
+                tokenizer.encode((query, document), true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
+            let ids = encoding.get_ids().iter().map(|&id| i64::from(id)).collect::<Vec<i64>>();
+            let type_ids = encoding.get_type_ids().iter().map(|&id| i64::from(id)).collect::<Vec<i64>>();
+            Ok::<_, TokenizeError>((ids, type_ids))
+        };
+        let (ids, type_ids) = encode(&self.whole)?;
+        if ids.len() <= self.max_seq_len {
+            return Ok(TokenizedPair { ids, type_ids, truncated: false });
+        }
+        if !self.truncate {
+            return Err(TokenizeError::TooLong { tokens: ids.len(), max: self.max_seq_len });
+        }
+        let (ids, type_ids) = encode(&self.truncating)?;
+        Ok(TokenizedPair { ids, type_ids, truncated: true })
     }
 
     /// Ids run from 0 to this, added tokens included.

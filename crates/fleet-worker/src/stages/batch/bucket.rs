@@ -110,6 +110,8 @@ pub fn default_boundaries(max_seq_len: usize) -> Vec<usize> {
 struct Held<T> {
     item: T,
     len: usize,
+    /// Rows it puts in a batch: 1, or a rerank request's pairs.
+    rows: usize,
     arrived_ms: u64,
     deadline_ms: u64,
 }
@@ -200,8 +202,15 @@ impl<T> BucketBatcher<T> {
     }
 
     pub fn push(&mut self, item: T, len: usize, deadline_ms: u64, now_ms: u64) {
+        self.push_rows(item, len, 1, deadline_ms, now_ms);
+    }
+
+    /// Holds an item of `rows` rows of at most `len` tokens (a rerank
+    /// request's pairs): it counts that many rows against the batch limits,
+    /// and its rows are never split across batches.
+    pub fn push_rows(&mut self, item: T, len: usize, rows: usize, deadline_ms: u64, now_ms: u64) {
         let bucket = self.limits.bucket_of(len);
-        self.buckets[bucket].push_back(Held { item, len, arrived_ms: now_ms, deadline_ms });
+        self.buckets[bucket].push_back(Held { item, len, rows: rows.max(1), arrived_ms: now_ms, deadline_ms });
         self.held += 1;
     }
 
@@ -288,21 +297,22 @@ impl<T> BucketBatcher<T> {
         expired
     }
 
-    /// How many of the bucket's oldest requests the next batch takes, and
+    /// How many of the bucket's oldest requests the next batch takes (their
+    /// rows within the limits; the first always goes, alone if it must), and
     /// whether that batch is full (a budget, not the queue, stopped it).
     fn next_batch_rows(&self, bucket: usize) -> (usize, bool) {
         let queue = &self.buckets[bucket];
         let cap = self.row_cap(bucket);
-        let mut longest = 0;
-        for (rows, held) in queue.iter().enumerate() {
+        let (mut longest, mut rows) = (0, 0);
+        for (taken, held) in queue.iter().enumerate() {
             let padded = longest.max(held.len);
-            if rows > 0 && (rows + 1 > cap || !self.limits.fits(rows + 1, padded)) {
-                return (rows, true);
+            let with = rows + held.rows;
+            if taken > 0 && (with > cap || !self.limits.fits(with, padded)) {
+                return (taken, true);
             }
-            longest = padded;
+            (longest, rows) = (padded, with);
         }
-        let rows = queue.len();
-        (rows, rows >= cap)
+        (queue.len(), rows >= cap)
     }
 
     /// Whether [`poll`](Self::poll) at `now_ms` would release a batch

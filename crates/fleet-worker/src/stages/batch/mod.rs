@@ -133,8 +133,8 @@ fn push(ledger: &Ledger, batcher: &mut BucketBatcher<Job>, job: Job) {
         ledger.note_dropped(1);
         return;
     }
-    let (len, deadline) = (job.input.len(), job.deadline_ms);
-    batcher.push(job, len, deadline, now_ms());
+    let (len, rows, deadline) = (job.input.len(), job.input.rows(), job.deadline_ms);
+    batcher.push_rows(job, len, rows, deadline, now_ms());
 }
 
 async fn sleep_or_forever(wait: Option<Duration>) {

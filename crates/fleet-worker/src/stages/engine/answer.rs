@@ -20,6 +20,9 @@ pub enum Answer {
     Embedding,
     /// `{"classes": [{"label", "index", "probability"}, ...]}`, best first.
     Classes { labels: Vec<Label>, top_k: usize },
+    /// `{"results": [{"index", "score"}, ...]}`: every document of the
+    /// request by its pair's score, best first.
+    Ranked,
 }
 
 impl Answer {
@@ -30,42 +33,79 @@ impl Answer {
                 let labels = load_labels(&version.file(labels)).map_err(EngineError::Labels)?;
                 Ok(Self::Classes { labels, top_k: *top_k })
             }
+            TaskConfig::Rerank { .. } => Ok(Self::Ranked),
         }
     }
 
-    /// The answer's `output` for one input and its vector. A text input
-    /// adds its token count and whether it was cut.
-    pub fn json(&self, vector: Vec<f32>, text: Option<TextFields>) -> Result<Value, EngineError> {
-        let mut output = match self {
-            Self::Embedding => json!({ "embedding": vector }),
-            Self::Classes { labels, top_k: k } => {
-                if vector.len() != labels.len() {
-                    return Err(labels_mismatch(labels.len(), vector.len()));
-                }
-                let classes: Vec<Value> = top_k(&vector, *k)
-                    .into_iter()
-                    .map(|scored| {
-                        let label = &labels[scored.index];
-                        let mut class = json!({
-                            "label": label.name(),
-                            "index": scored.index,
-                            "probability": scored.probability,
-                        });
-                        if let Some(id) = &label.id {
-                            class["synset"] = json!(id);
-                        }
-                        class
-                    })
-                    .collect();
-                json!({ "classes": classes })
-            }
+    /// The answer's `output` for one input and the vectors of its rows
+    /// (one, but for a rerank request's pairs). A text input adds its token
+    /// count and whether it was cut.
+    pub fn json(&self, vectors: Vec<Vec<f32>>, text: Option<TextFields>) -> Result<Value, EngineError> {
+        let output = match self {
+            Self::Embedding => json!({ "embedding": single(vectors)? }),
+            Self::Classes { labels, top_k } => classes(labels, *top_k, &single(vectors)?)?,
+            Self::Ranked => ranked(&vectors)?,
         };
-        if let Some(TextFields { tokens, truncated }) = text {
-            output["tokens"] = json!(tokens);
-            output["truncated"] = json!(truncated);
-        }
-        Ok(output)
+        Ok(with_text_fields(output, text))
     }
+}
+
+/// The one vector of a single-row input.
+fn single(mut vectors: Vec<Vec<f32>>) -> Result<Vec<f32>, EngineError> {
+    match (vectors.pop(), vectors.is_empty()) {
+        (Some(vector), true) => Ok(vector),
+        (last, _) => {
+            Err(EngineError::BadShape { got: vec![vectors.len() as i64 + i64::from(last.is_some())], rows: 1 })
+        }
+    }
+}
+
+/// The `k` best classes, each with its label.
+fn classes(labels: &[Label], k: usize, scores: &[f32]) -> Result<Value, EngineError> {
+    if scores.len() != labels.len() {
+        return Err(labels_mismatch(labels.len(), scores.len()));
+    }
+    let classes: Vec<Value> = top_k(scores, k)
+        .into_iter()
+        .map(|scored| {
+            let label = &labels[scored.index];
+            let mut class = json!({
+                "label": label.name(),
+                "index": scored.index,
+                "probability": scored.probability,
+            });
+            if let Some(id) = &label.id {
+                class["synset"] = json!(id);
+            }
+            class
+        })
+        .collect();
+    Ok(json!({ "classes": classes }))
+}
+
+fn with_text_fields(mut output: Value, text: Option<TextFields>) -> Value {
+    if let Some(TextFields { tokens, truncated }) = text {
+        output["tokens"] = json!(tokens);
+        output["truncated"] = json!(truncated);
+    }
+    output
+}
+
+/// Every pair's score (its one-element vector), best first.
+fn ranked(vectors: &[Vec<f32>]) -> Result<Value, EngineError> {
+    let scores: Vec<f32> = vectors
+        .iter()
+        .map(|v| match v.as_slice() {
+            [score] => Ok(*score),
+            other => Err(EngineError::Signature {
+                key: "task.type",
+                problem: format!("= \"rerank\" reads one score per pair; the module gives {}", other.len()),
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    let results: Vec<Value> =
+        top_k(&scores, scores.len()).into_iter().map(|s| json!({ "index": s.index, "score": s.probability })).collect();
+    Ok(json!({ "results": results }))
 }
 
 pub fn labels_mismatch(labels: usize, classes: usize) -> EngineError {
@@ -82,9 +122,10 @@ mod tests {
 
     #[test]
     fn an_embedding_answer_carries_the_text_fields() {
-        let out = Answer::Embedding.json(vec![0.6, 0.8], Some(TextFields { tokens: 7, truncated: true })).unwrap();
+        let out =
+            Answer::Embedding.json(vec![vec![0.6, 0.8]], Some(TextFields { tokens: 7, truncated: true })).unwrap();
         assert_eq!(out, json!({ "embedding": [0.6f32, 0.8f32], "tokens": 7, "truncated": true }));
-        let image = Answer::Embedding.json(vec![1.0], None).unwrap();
+        let image = Answer::Embedding.json(vec![vec![1.0]], None).unwrap();
         assert!(image.get("tokens").is_none());
     }
 
@@ -92,7 +133,7 @@ mod tests {
     fn classes_are_best_first_with_an_id_only_where_the_labels_give_one() {
         let labels = parse_labels("n1\tcat, tabby\nplain dog\nn3\tbird\n").unwrap();
         let answer = Answer::Classes { labels, top_k: 2 };
-        let out = answer.json(vec![0.2, 0.5, 0.3], None).unwrap();
+        let out = answer.json(vec![vec![0.2, 0.5, 0.3]], None).unwrap();
         assert_eq!(
             out,
             json!({ "classes": [
@@ -100,9 +141,22 @@ mod tests {
                 { "label": "bird", "synset": "n3", "index": 2, "probability": 0.3f32 },
             ] })
         );
-        match answer.json(vec![0.5, 0.5], None) {
+        match answer.json(vec![vec![0.5, 0.5]], None) {
             Err(EngineError::Signature { key, .. }) => assert_eq!(key, "task.labels"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_rerank_answer_lists_every_document_best_first() {
+        let out = Answer::Ranked.json(vec![vec![0.1], vec![0.9], vec![0.4]], None).unwrap();
+        assert_eq!(
+            out,
+            json!({ "results": [
+                { "index": 1, "score": 0.9f32 }, { "index": 2, "score": 0.4f32 }, { "index": 0, "score": 0.1f32 },
+            ] })
+        );
+        assert!(Answer::Ranked.json(vec![vec![0.1, 0.2]], None).is_err(), "one score per pair");
+        assert!(Answer::Embedding.json(vec![vec![0.1], vec![0.2]], None).is_err(), "one vector per text");
     }
 }

@@ -29,9 +29,14 @@ pub fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<J
     let started = Instant::now();
     let rows: Vec<&ModelInput> = batch.items.iter().map(|j| &j.input).collect();
     let run = engine.infer_split(&rows);
-    metrics::histogram!(BATCH_SIZE).record(rows.len() as f64);
-    metrics::histogram!(BATCH_TOKENS).record(batch.computed_tokens() as f64);
-    metrics::histogram!(PADDING_EFFICIENCY).record(batch.padding_efficiency());
+    // A rerank request is a row per pair: what the model computed.
+    let model_rows: usize = rows.iter().map(|input| input.rows()).sum();
+    let computed = model_rows * batch.padded_len();
+    let real: usize = rows.iter().flat_map(|input| input.text_rows()).map(|row| row.ids.len()).sum();
+    let real = if real == 0 { batch.real_tokens() } else { real };
+    metrics::histogram!(BATCH_SIZE).record(model_rows as f64);
+    metrics::histogram!(BATCH_TOKENS).record(computed as f64);
+    metrics::histogram!(PADDING_EFFICIENCY).record(real as f64 / computed.max(1) as f64);
     metrics::histogram!(INFERENCE_SECONDS).record(started.elapsed().as_secs_f64());
     metrics::counter!(MODEL_ROWS_TOTAL).increment(run.rows_called as u64);
     metrics::counter!(OOM_SPLITS_TOTAL).increment(run.splits as u64);

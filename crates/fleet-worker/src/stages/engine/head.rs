@@ -21,7 +21,9 @@ impl Head {
     pub fn for_task(task: &TaskConfig) -> Self {
         match *task {
             TaskConfig::Embedding { pooling, normalize } => Self::Pool { pooling, normalize },
-            TaskConfig::Classification { activation, .. } => Self::Scores { activation },
+            TaskConfig::Classification { activation, .. } | TaskConfig::Rerank { activation, .. } => {
+                Self::Scores { activation }
+            }
         }
     }
 

@@ -8,7 +8,8 @@
 //! carries the version that computed it.
 //!
 //! Inside: [`model`] (the served model of either kind, its signature check,
-//! precision and warm-up), [`answer`] (outputs by task), [`torch`] (the tch wrappers),
+//! precision and warm-up), [`input`] (a request's input and its rows),
+//! [`answer`] (outputs by task), [`torch`] (the tch wrappers),
 //! [`head`] (pooling, activation), [`labels`] (a classifier's labels and
 //! top-k), [`split`] (halving a batch that does not fit), [`memory`] (what
 //! a batch needs), [`precision`] (bf16, fp16 or fp32), [`batch_run`] (one
@@ -18,6 +19,7 @@ pub mod answer;
 pub mod batch_run;
 pub mod error;
 pub mod head;
+pub mod input;
 pub mod labels;
 pub mod memory;
 pub mod model;

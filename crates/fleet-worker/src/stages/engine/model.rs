@@ -3,8 +3,9 @@
 //! outputs as answer JSON (the task's shape). The other stages batch and
 //! retry without knowing which kind or task it serves.
 
-use super::answer::{labels_mismatch, Answer, TextFields};
+use super::answer::{labels_mismatch, Answer};
 use super::error::EngineError;
+pub use super::input::{stretch, ModelInput};
 use super::memory::MemoryGuard;
 use super::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
 use super::split::{run_with_split, CallError, RowFailure, SplitRun};
@@ -12,50 +13,8 @@ use super::torch::{ImageModule, TextModule};
 use crate::config::{ModelKind, ModelVersion};
 use crate::guard;
 use crate::stages::batch::bucket::BucketLimits;
-use crate::stages::cache::entry::{pixels_hash, tokens_hash};
 use serde_json::Value;
 use tch::Device;
-
-/// One request's exact model input.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ModelInput {
-    Tokens {
-        ids: Vec<i64>,
-        truncated: bool,
-    },
-    /// `size × size × 3` RGB bytes.
-    Pixels(Vec<u8>),
-}
-
-impl ModelInput {
-    /// Length in batcher units: tokens, or 1 for an image (all one shape).
-    pub fn len(&self) -> usize {
-        match self {
-            Self::Tokens { ids, .. } => ids.len(),
-            Self::Pixels(_) => 1,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// What a text input's answer adds.
-    pub fn text_fields(&self) -> Option<TextFields> {
-        match self {
-            Self::Tokens { ids, truncated } => Some(TextFields { tokens: ids.len(), truncated: *truncated }),
-            Self::Pixels(_) => None,
-        }
-    }
-
-    /// The feature-cache address of this input.
-    pub fn hash(&self) -> String {
-        match self {
-            Self::Tokens { ids, .. } => tokens_hash(ids),
-            Self::Pixels(pixels) => pixels_hash(pixels),
-        }
-    }
-}
 
 /// The TorchScript module of the version's kind.
 enum Torch {
@@ -173,9 +132,17 @@ impl Model {
     /// the model runs.
     pub fn infer(&self, inputs: &[&ModelInput]) -> Result<Vec<Value>, EngineError> {
         let padded_len = inputs.iter().map(|i| i.len()).max().unwrap_or(0);
-        self.guard.check(inputs.len(), padded_len).map_err(|over| EngineError::OutOfMemory(over.to_string()))?;
-        let vectors = self.torch.vectors(inputs)?;
-        inputs.iter().zip(vectors).map(|(input, vector)| self.answer.json(vector, input.text_fields())).collect()
+        let rows = inputs.iter().map(|i| i.rows()).sum();
+        self.guard.check(rows, padded_len).map_err(|over| EngineError::OutOfMemory(over.to_string()))?;
+        let mut vectors = self.torch.vectors(inputs)?.into_iter();
+        // One vector per row, in row order: each input takes its own rows.
+        inputs
+            .iter()
+            .map(|input| {
+                let own: Vec<Vec<f32>> = vectors.by_ref().take(input.rows()).collect();
+                self.answer.json(own, input.text_fields())
+            })
+            .collect()
     }
 
     /// [`infer`](Self::infer), halving the batch while it does not fit in
@@ -227,16 +194,18 @@ impl Torch {
         match (lowered, answer) {
             (Ok(Ok(outputs)), Answer::Embedding) => precision::embeddings_agreement(&reference, &outputs),
             (Ok(Ok(outputs)), Answer::Classes { .. }) => precision::classes_agreement(&reference, &outputs),
+            (Ok(Ok(outputs)), Answer::Ranked) => precision::scores_agreement(&reference, &outputs),
             (Ok(Err(e)), _) => Agreement::Fails(e.to_string().lines().next().unwrap_or_default().to_owned()),
             (Err(panic), _) => Agreement::Fails(format!("it panicked: {panic}")),
         }
     }
 
-    /// One vector per input: the task's embedding or class scores.
+    /// One vector per row of the inputs, in order: the task's embedding or
+    /// scores (an input of pairs has a row per pair).
     fn vectors(&self, inputs: &[&ModelInput]) -> Result<Vec<Vec<f32>>, EngineError> {
         match self {
-            Self::Text(module) => module.vectors(&inputs.iter().map(|i| token_ids(i)).collect::<Vec<_>>()),
-            Self::Image(module) => module.vectors(&inputs.iter().map(|i| pixels(i)).collect::<Vec<_>>()),
+            Self::Text(module) => module.vectors_of(&inputs.iter().flat_map(|i| i.text_rows()).collect::<Vec<_>>()),
+            Self::Image(module) => module.vectors(&inputs.iter().map(|i| i.pixels()).collect::<Vec<_>>()),
         }
     }
 }
@@ -260,72 +229,10 @@ fn check_signature(torch: &Torch, answer: &Answer, probes: &[ModelInput]) -> Res
         (Answer::Classes { labels, .. }, Some(vector)) if vector.len() != labels.len() => {
             Err(labels_mismatch(labels.len(), vector.len()))
         }
+        (Answer::Ranked, Some(vector)) if vector.len() != 1 => Err(EngineError::Signature {
+            key: "task.type",
+            problem: format!("= \"rerank\" reads one score per pair; the module gives {}", vector.len()),
+        }),
         _ => Ok(()),
-    }
-}
-
-/// A sample input made `len` batcher units long: for text, its first and
-/// last tokens ([CLS], [SEP]) around its body repeated; images are one unit.
-pub fn stretch(sample: &ModelInput, len: usize) -> ModelInput {
-    match sample {
-        ModelInput::Tokens { ids, .. } if ids.len() >= 2 && len >= 2 => {
-            let body = &ids[1..ids.len() - 1];
-            let filler: Vec<i64> = if body.is_empty() { vec![ids[0]] } else { body.to_vec() };
-            let mut row = Vec::with_capacity(len);
-            row.push(ids[0]);
-            row.extend(filler.iter().cycle().take(len - 2));
-            row.push(ids[ids.len() - 1]);
-            ModelInput::Tokens { ids: row, truncated: false }
-        }
-        ModelInput::Tokens { ids, .. } => {
-            ModelInput::Tokens { ids: ids.iter().copied().cycle().take(len.max(1)).collect(), truncated: false }
-        }
-        ModelInput::Pixels(_) => sample.clone(),
-    }
-}
-
-// A batch holds inputs of its model's kind only (one model per worker), so
-// the other variant is an empty row the model refuses rather than a panic.
-fn token_ids(input: &ModelInput) -> &[i64] {
-    match input {
-        ModelInput::Tokens { ids, .. } => ids,
-        ModelInput::Pixels(_) => &[],
-    }
-}
-
-fn pixels(input: &ModelInput) -> &[u8] {
-    match input {
-        ModelInput::Pixels(pixels) => pixels,
-        ModelInput::Tokens { .. } => &[],
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_image_is_one_batcher_unit_and_hashes_by_its_pixels() {
-        let a = ModelInput::Pixels(vec![1, 2, 3]);
-        assert_eq!(a.len(), 1);
-        assert_eq!(a.hash(), ModelInput::Pixels(vec![1, 2, 3]).hash());
-        assert_ne!(a.hash(), ModelInput::Pixels(vec![1, 2, 4]).hash());
-        let text = ModelInput::Tokens { ids: vec![101, 7, 102], truncated: false };
-        assert_eq!(text.len(), 3);
-        assert_eq!(text.hash(), tokens_hash(&[101, 7, 102]));
-    }
-
-    #[test]
-    fn a_sample_stretches_to_any_length_keeping_its_ends() {
-        let sample = ModelInput::Tokens { ids: vec![101, 7, 8, 102], truncated: true };
-        let ids = |input: ModelInput| match input {
-            ModelInput::Tokens { ids, .. } => ids,
-            ModelInput::Pixels(_) => unreachable!(),
-        };
-        assert_eq!(ids(stretch(&sample, 7)), vec![101, 7, 8, 7, 8, 7, 102]);
-        assert_eq!(ids(stretch(&sample, 2)), vec![101, 102]);
-        assert_eq!(ids(stretch(&sample, 1)), vec![101]);
-        let image = ModelInput::Pixels(vec![1, 2, 3]);
-        assert_eq!(stretch(&image, 40), image);
     }
 }

@@ -217,6 +217,26 @@ pub fn classes_agreement(fp32: &[Vec<f32>], lower: &[Vec<f32>]) -> Agreement {
     }
 }
 
+/// Rerank models: each pair's score within [`MAX_TOP5_SHIFT`] of fp32's
+/// (relative, for raw logits above 1), and the best-scoring pair the same.
+pub fn scores_agreement(fp32: &[Vec<f32>], lower: &[Vec<f32>]) -> Agreement {
+    let score = |rows: &[Vec<f32>]| -> Option<Vec<f32>> { rows.iter().map(|r| r.first().copied()).collect() };
+    let (Some(a), Some(b)) = (score(fp32), score(lower)) else {
+        return Agreement::Differs("the outputs differ in shape".into());
+    };
+    if a.len() != b.len() || a.is_empty() {
+        return Agreement::Differs("the outputs differ in shape".into());
+    }
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs() / x.abs().max(1.0)).fold(0f32, f32::max);
+    let same_best = top_class(&a) == top_class(&b);
+    let how = format!("scores within {worst:.4} (relative) over {} pairs, best pair the same: {same_best}", a.len());
+    if same_best && worst <= MAX_TOP5_SHIFT {
+        Agreement::Agrees(how)
+    } else {
+        Agreement::Differs(how)
+    }
+}
+
 /// The most probable class (the first of equals).
 pub fn top_class(probabilities: &[f32]) -> Option<usize> {
     ranked(probabilities).first().copied()
@@ -305,6 +325,15 @@ mod tests {
         assert!(matches!(embeddings_agreement(&a, &b), Agreement::Differs(_)));
         assert_eq!(min_cosine(&a, &a[..1]), 0.0, "a missing row cannot agree");
         assert_eq!(min_cosine(&[vec![f32::NAN]], &[vec![1.0]]), 0.0);
+    }
+
+    #[test]
+    fn scores_agree_within_the_shift_with_the_same_best_pair() {
+        let fp32 = vec![vec![0.2], vec![0.9], vec![0.5]];
+        assert!(matches!(scores_agreement(&fp32, &[vec![0.21], vec![0.89], vec![0.5]]), Agreement::Agrees(_)));
+        assert!(matches!(scores_agreement(&fp32, &[vec![0.2], vec![0.85], vec![0.5]]), Agreement::Differs(_)));
+        let logits = vec![vec![-8.0], vec![6.0]];
+        assert!(matches!(scores_agreement(&logits, &[vec![-8.1], vec![6.05]]), Agreement::Agrees(_)));
     }
 
     #[test]

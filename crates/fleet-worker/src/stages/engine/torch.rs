@@ -10,6 +10,7 @@
 
 use super::error::EngineError;
 use super::head::Head;
+use super::input::TextRow;
 use crate::config::{DeviceChoice, ImageLayout, ModelConfig, ModelVersion, TextInput};
 use std::path::Path;
 use tch::{CModule, Device, Kind, Tensor};
@@ -119,13 +120,19 @@ impl TextModule {
         convert_parameters(&self.module, kind)
     }
 
-    /// One vector per row, in row order: the pooled embedding or the class
-    /// scores, as the task says.
+    /// One vector per row of single-segment ids, in row order.
     pub fn vectors(&self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.vectors_of(&rows.iter().map(|ids| TextRow { ids, type_ids: None }).collect::<Vec<_>>())
+    }
+
+    /// One vector per row, in row order: the pooled embedding or the class
+    /// scores, as the task says. Rows without segment ids are one segment.
+    pub fn vectors_of(&self, rows: &[TextRow<'_>]) -> Result<Vec<Vec<f32>>, EngineError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let padded = pad_to_longest(rows, self.signature.pad_id);
+        let ids: Vec<&[i64]> = rows.iter().map(|r| r.ids).collect();
+        let padded = pad_to_longest(&ids, self.signature.pad_id);
         let shape = [padded.rows as i64, padded.len as i64];
         let _no_grad = tch::no_grad_guard();
         let ids = Tensor::from_slice(&padded.ids).view(shape).to_device(self.device);
@@ -137,13 +144,26 @@ impl TextModule {
             .map(|input| match input {
                 TextInput::InputIds => ids.shallow_clone(),
                 TextInput::AttentionMask => mask.shallow_clone(),
-                TextInput::TokenTypeIds => ids.zeros_like(),
+                TextInput::TokenTypeIds => {
+                    Tensor::from_slice(&padded_segments(rows, padded.len)).view(shape).to_device(self.device)
+                }
             })
             .collect();
         let out = self.module.forward_ts(&arguments)?;
         let vectors = self.signature.head.apply(&out, padded.rows, Some(&mask))?;
         Ok(Vec::<Vec<f32>>::try_from(&vectors.to_device(Device::Cpu).contiguous())?)
     }
+}
+
+/// Each row's segment ids (zeros where it has none), padded with 0 to `len`.
+fn padded_segments(rows: &[TextRow<'_>], len: usize) -> Vec<i64> {
+    let mut out = Vec::with_capacity(rows.len() * len);
+    for row in rows {
+        let segments = row.type_ids.unwrap_or(&[]);
+        out.extend_from_slice(segments);
+        out.extend(std::iter::repeat_n(0, len.saturating_sub(segments.len())));
+    }
+    out
 }
 
 /// Converts a module's floating-point parameters to `kind`, in place. Not
@@ -261,6 +281,12 @@ mod tests {
         assert_eq!((p.rows, p.len), (2, 3));
         assert_eq!(p.ids, vec![101, 7, 102, 101, 102, 1]);
         assert_eq!(p.mask, vec![1, 1, 1, 1, 1, 0]);
+    }
+
+    #[test]
+    fn segments_pad_with_zero_and_single_segment_rows_are_zero() {
+        let rows = [TextRow { ids: &[1, 2, 3], type_ids: Some(&[0, 1, 1]) }, TextRow { ids: &[1, 2], type_ids: None }];
+        assert_eq!(padded_segments(&rows, 4), vec![0, 1, 1, 0, 0, 0, 0, 0]);
     }
 
     #[test]

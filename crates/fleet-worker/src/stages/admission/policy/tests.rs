@@ -28,7 +28,7 @@ fn policy_with(intake: Intake) -> AdmissionPolicy {
 }
 
 fn policy() -> AdmissionPolicy {
-    policy_with(Intake::Text { max_text_bytes: 64, tokenizer: Box::new(word_tokenizer(8)) })
+    policy_with(Intake::Text { max_text_bytes: 64, tokenizer: Box::new(word_tokenizer(8)), documents: None })
 }
 
 fn image_policy() -> AdmissionPolicy {
@@ -224,5 +224,47 @@ fn times_at_the_numeric_extremes_are_answered_not_overflowed() {
     match admit(&p, huge) {
         Admitted::Job(job) => assert!(job.deadline_ms > NOW),
         other => panic!("{other:?}"),
+    }
+}
+
+fn rerank_policy() -> AdmissionPolicy {
+    policy_with(Intake::Text { max_text_bytes: 64, tokenizer: Box::new(word_tokenizer(6)), documents: Some(3) })
+}
+
+fn rerank(query: &str, documents: &[&str]) -> Vec<u8> {
+    RerankRequest { query: query.into(), documents: documents.iter().map(|d| d.to_string()).collect() }.to_json()
+}
+
+#[test]
+fn a_rerank_request_is_one_job_of_a_row_per_document() {
+    let json = envelope(ContentType::Json);
+    match admit(&rerank_policy(), inbound(&json, &rerank("hello", &["there", "a caption", "hello there"]))) {
+        Admitted::Job(job) => {
+            let ModelInput::Pairs { rows, truncated } = &job.input else { panic!("{:?}", job.input) };
+            assert_eq!((rows.len(), *truncated), (3, false));
+            assert_eq!(rows[1].ids, vec![1, 3, 4], "query then document");
+            assert_eq!(rows[1].type_ids.len(), rows[1].ids.len());
+            assert_eq!(job.input.rows(), 3);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_rerank_request_that_cannot_be_served_is_answered_with_its_code() {
+    let (json, text) = (envelope(ContentType::Json), envelope(ContentType::Text));
+    let cases: Vec<(Inbound, ErrorCode)> = vec![
+        (inbound(&text, b"hello there"), ErrorCode::UnsupportedFormat),
+        (inbound(&json, br#"{"query": "hello"}"#), ErrorCode::DecodeFailed),
+        (inbound(&json, b"not json"), ErrorCode::DecodeFailed),
+        (inbound(&json, &rerank("hello", &["a", "a", "a", "a"])), ErrorCode::BadRequest),
+        (inbound(&json, &rerank("hello", &[])), ErrorCode::EmptyInput),
+        (inbound(&json, &rerank("  ", &["a"])), ErrorCode::EmptyInput),
+        (inbound(&json, &rerank("hello", &["a", " "])), ErrorCode::EmptyInput),
+        (inbound(&json, &rerank("hello", &["a caption a caption a caption"])), ErrorCode::TextTooLong),
+        (inbound(&json, &rerank("hello", &[&"a ".repeat(40)])), ErrorCode::TextTooLong),
+    ];
+    for (message, code) in cases {
+        assert_eq!(error_code(admit(&rerank_policy(), message)), code);
     }
 }

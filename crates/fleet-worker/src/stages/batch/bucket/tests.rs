@@ -320,3 +320,18 @@ fn retain_drops_held_requests_and_batch_rows_with_their_lengths() {
     assert_eq!(batch.retain(|&i| i != 2), 1);
     assert_eq!((batch.items, batch.lens), (vec![1, 3], vec![10, 30]));
 }
+
+#[test]
+fn an_item_of_many_rows_counts_them_all_and_stays_whole() {
+    let mut b = BucketBatcher::new(limits());
+    b.push_rows("three pairs", 10, 3, 1_000, 0);
+    b.push_rows("two pairs", 12, 2, 1_000, 0);
+    b.push("one text", 9, 1_000, 0);
+    // 3 + 2 rows exceed max_batch_size 4: the first goes without the second.
+    let first = b.poll(0).batch.unwrap();
+    assert_eq!(first.items, vec!["three pairs"], "a full batch leaves at once");
+    let second = b.poll(5).batch.unwrap();
+    assert_eq!(second.items, vec!["two pairs", "one text"], "2 + 1 rows fit");
+    b.push_rows("too many pairs", 10, 9, 1_000, 10);
+    assert_eq!(b.poll(10).batch.unwrap().items, vec!["too many pairs"], "alone, never split or stuck");
+}
