@@ -343,7 +343,7 @@ def model_input(path, size, resize_shorter):
     image = image.resize((max(size, round(w * scale)), max(size, round(h * scale))), Image.BILINEAR)
     w, h = image.size
     left, top = (w - size) // 2, (h - size) // 2
-    return np.asarray(image.crop((left, top, left + size, top + size)), dtype=np.uint8)
+    return np.array(image.crop((left, top, left + size, top + size)), dtype=np.uint8)
 
 
 def image_network(args):
