@@ -3,7 +3,7 @@
 //! to the sink, and the one way every stage builds an answer's timings and
 //! an answer given without compute.
 
-use crate::stages::engine::model::ModelInput;
+use crate::stages::engine::input::ModelInput;
 use crate::stages::source::message::{Inbound, Position, RawHeader};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{headers, Answer, ErrorCode, RequestId, Timings};

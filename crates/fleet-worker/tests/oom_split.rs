@@ -6,8 +6,9 @@
 
 use fleet_proto::ModelName;
 use fleet_worker::stages::admission::tokenize::TextTokenizer;
+use fleet_worker::stages::engine::input::ModelInput;
 use fleet_worker::stages::engine::memory::MemoryGuard;
-use fleet_worker::stages::engine::model::{LoadTarget, Model, ModelInput};
+use fleet_worker::stages::engine::model::{LoadTarget, Model};
 use fleet_worker::stages::engine::precision::{min_cosine, CpuFeatures};
 use fleet_worker::stages::engine::split::RowFailure;
 use fleet_worker::versions::repository;

@@ -7,7 +7,7 @@ use super::intake::Decoding;
 use crate::guard::{self, Stage};
 use crate::job::{error_answer, Finished, Job, SinkItem};
 use crate::serving::ServingVersion;
-use crate::stages::engine::model::ModelInput;
+use crate::stages::engine::input::ModelInput;
 use crate::stages::source::message::Position;
 use fleet_image::{Header, ImageError};
 use fleet_proto::clock::now_ms;

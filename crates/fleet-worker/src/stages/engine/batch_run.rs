@@ -2,7 +2,8 @@
 //! answered (ok with its output and the feature-cache entry to store, or
 //! `model_failed`), and the batch's shape and timing recorded.
 
-use super::model::{Model, ModelInput};
+use super::input::ModelInput;
+use super::model::Model;
 use super::split::RowFailure;
 use crate::job::{timings, Finished, Job};
 use crate::metrics::{

@@ -5,7 +5,7 @@
 
 use super::answer::{labels_mismatch, Answer};
 use super::error::EngineError;
-pub use super::input::{stretch, ModelInput};
+use super::input::{stretch, ModelInput};
 use super::memory::MemoryGuard;
 use super::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
 use super::split::{run_with_split, CallError, RowFailure, SplitRun};
