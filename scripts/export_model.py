@@ -157,16 +157,18 @@ def export_text(args):
         sys.exit("text: --sentences FILE (real texts, one per line)")
     sentences = [s for s in Path(args.sentences).read_text(encoding="utf-8").splitlines() if s.strip()]
     task = {"type": args.task}
+    settings = sentence_transformers_settings(src) if args.task == "embedding" else None
+    # The eager model is the reference unless sentence-transformers is.
     with torch.no_grad():
-        outputs = []
+        outputs = []  # (traced, eager or None, attention mask) per chunk
         for i in range(0, len(sentences), 16):
             batch = encode(sentences[i : i + 16])
-            outputs.append((traced(*batch).float().cpu(), batch[1].cpu()))
+            reference_out = None if settings else eager(*batch).float().cpu()
+            outputs.append((traced(*batch).float().cpu(), reference_out, batch[1].cpu()))
     if args.task == "embedding":
-        settings = sentence_transformers_settings(src)
         pooling, normalize = settings if settings else (args.pooling, args.normalize)
         task.update(pooling=pooling, normalize=normalize)
-        got = torch.cat([pool(t, m, pooling, normalize) for t, m in outputs])
+        got = torch.cat([pool(t, m, pooling, normalize) for t, _, m in outputs])
         if settings:
             from sentence_transformers import SentenceTransformer
 
@@ -175,9 +177,7 @@ def export_text(args):
             ).float()
             what = "sentence-transformers' own encode"
         else:
-            reference = torch.cat([pool(eager(*encode(sentences[i : i + 16])).float().cpu(),
-                                        encode(sentences[i : i + 16])[1].cpu(), pooling, normalize)
-                                   for i in range(0, len(sentences), 16)])
+            reference = torch.cat([pool(e, m, pooling, normalize) for _, e, m in outputs])
             what = "the eager model"
         cos = torch.nn.functional.cosine_similarity(got, reference.float(), dim=1).min().item()
         if cos < MIN_COSINE:
@@ -189,10 +189,8 @@ def export_text(args):
         labels = [id2label[i] for i in range(len(id2label))]
         args.activation = args.activation or "softmax"
         task.update(labels="labels.txt", activation=args.activation, top_k=min(5, len(labels)))
-        got = torch.cat([t for t, _ in outputs])
-        with torch.no_grad():
-            reference = torch.cat([eager(*encode(sentences[i : i + 16])).float().cpu()
-                                   for i in range(0, len(sentences), 16)])
+        got = torch.cat([t for t, _, _ in outputs])
+        reference = torch.cat([e for _, e, _ in outputs])
         activate = torch.sigmoid if args.activation == "sigmoid" else (lambda x: torch.softmax(x, dim=1))
         got, reference = activate(got), activate(reference)
         diff = (got - reference).abs().max().item()

@@ -59,7 +59,7 @@ fn the_model_gives_pythons_probabilities_on_the_same_pixels() {
     for ((name, expected), got) in photos.iter().zip(got) {
         for (e, g) in expected.as_array().unwrap().iter().zip(got) {
             assert_eq!(e["index"].as_u64().unwrap() as usize, g.index, "{name}");
-            let diff = (e["probability"].as_f64().unwrap() - f64::from(g.probability)).abs();
+            let diff = (e["probability"].as_f64().unwrap() - f64::from(g.score)).abs();
             assert!(diff < 1e-4, "{name}: class {} differs by {diff}", g.index);
         }
     }

@@ -36,6 +36,11 @@ fn version(model: &str) -> ModelVersion {
     repository::resolve(&common::model_repo(), &ModelName::parse(model).unwrap()).expect("run make setup")
 }
 
+/// A text model's reference.json: its exporter's Python outputs.
+fn text_reference(version: &ModelVersion) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(version.file("reference.json")).expect("run make setup")).unwrap()
+}
+
 fn reference(model: &str) -> Value {
     let path = common::model_repo().join(format!("{model}/1/reference/reference.json"));
     serde_json::from_str(&std::fs::read_to_string(&path).expect("run make setup")).unwrap()
@@ -114,7 +119,7 @@ fn lite1_with_float_input_gives_pythons_probabilities_on_the_same_pixels() {
         assert!((sum - 1.0).abs() < 1e-3, "{name}: the worker's softmax sums to {sum}");
         for (e, got) in expected.as_array().unwrap().iter().zip(top_k(&scores, 5)) {
             assert_eq!(e["index"].as_u64().unwrap() as usize, got.index, "{name}");
-            let diff = (e["probability"].as_f64().unwrap() - f64::from(got.probability)).abs();
+            let diff = (e["probability"].as_f64().unwrap() - f64::from(got.score)).abs();
             assert!(diff < 1e-4, "{name}: class {} differs from Python by {diff}", got.index);
         }
     }
@@ -135,10 +140,8 @@ async fn three_models_answer_at_once_on_one_broker_each_in_its_tasks_shape() {
         worker.wait_until_serving(1).await;
     }
     let producer = FleetProducer::new(&broker.kafka(), "three-models-test").unwrap();
-    let text_reference: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::model_repo().join("minilm/1/reference.json")).unwrap())
-            .unwrap();
-    let sentence = &text_reference["items"][0];
+    let minilm = text_reference(&version("minilm"));
+    let sentence = &minilm["items"][0];
     let coffee = std::fs::read(version("efficientnet_lite1").file("reference/coffee.png")).unwrap();
 
     let text_id = RequestId::parse("three-text").unwrap();
@@ -191,9 +194,7 @@ async fn a_text_classifier_answers_pythons_probabilities_best_first() {
         std::fs::read_to_string(version.dir.parent().unwrap().join("config.toml")).unwrap().contains("export_model.py"),
         "the fixture is served under the export's own draft config"
     );
-    let reference: Value =
-        serde_json::from_str(&std::fs::read_to_string(version.file("reference.json")).expect("run make setup"))
-            .unwrap();
+    let reference = text_reference(&version);
     let labels: Vec<String> =
         std::fs::read_to_string(version.file("labels.txt")).unwrap().lines().map(str::to_owned).collect();
     broker.create_topics(&model, 1).await;
@@ -242,9 +243,7 @@ async fn a_rerank_request_is_answered_with_its_documents_in_score_order() {
     let (broker, redis) = (Broker::start(), Redis::start());
     let model = ModelName::parse("fixture_reranker").unwrap();
     let version = version("fixture_reranker");
-    let reference: Value =
-        serde_json::from_str(&std::fs::read_to_string(version.file("reference.json")).expect("run make setup"))
-            .unwrap();
+    let reference = text_reference(&version);
     broker.create_topics(&model, 1).await;
     let worker = Worker::start("fixture_reranker", &broker, &redis, &[]);
     worker.wait_until_serving(1).await;

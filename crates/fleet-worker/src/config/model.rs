@@ -309,21 +309,6 @@ impl ModelConfig {
             signature::validate_normalisation(image.layout, image.mean, image.std)?;
         }
         signature::validate_task(&self.task, self.kind == ModelKind::Text)?;
-        if let TaskConfig::Rerank { max_documents, .. } = self.task {
-            // A request's pairs are one unit in the batcher: the most it may
-            // carry, each of the longest length, must fit one batch.
-            let (rows, len) = (max_documents, self.max_input_len());
-            let limits = self.batching.limits(len);
-            if rows > limits.max_batch_size || !limits.fits(rows, len) {
-                return Err((
-                    "task.max_documents",
-                    format!(
-                        "= {rows}: {rows} pairs of max_seq_len {len} tokens must fit one batch \
-                         (batching.max_batch_size, max_batch_tokens, max_attention_cells)"
-                    ),
-                ));
-            }
-        }
         if !(1..=4096).contains(&self.batching.max_batch_size) {
             return Err((
                 "batching.max_batch_size",
@@ -336,6 +321,19 @@ impl ModelConfig {
             return Err(("batching.max_wait_ms", "must be at most 60000".into()));
         }
         limits.validate(max_seq_len).map_err(|e| (e.key, e.problem))?;
+        if let TaskConfig::Rerank { max_documents, .. } = self.task {
+            // A request's pairs are one unit in the batcher: the most it may
+            // carry, each of the longest length, must fit one batch.
+            if !limits.fits(max_documents, max_seq_len) {
+                return Err((
+                    "task.max_documents",
+                    format!(
+                        "= {max_documents}: {max_documents} pairs of max_seq_len {max_seq_len} tokens must fit \
+                         one batch (batching.max_batch_size, max_batch_tokens, max_attention_cells)"
+                    ),
+                ));
+            }
+        }
         if !(self.device.memory_fraction > 0.0 && self.device.memory_fraction <= 1.0) {
             return Err(("device.memory_fraction", format!("= {} must be within (0, 1]", self.device.memory_fraction)));
         }

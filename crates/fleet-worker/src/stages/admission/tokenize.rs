@@ -10,7 +10,7 @@
 //! over, nor, for a tokenizer that adds no special tokens, that it was.)
 
 use std::path::Path;
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizeError {
@@ -36,6 +36,10 @@ pub struct TokenizedPair {
     pub type_ids: Vec<i64>,
     /// True when the pair was cut to `max_seq_len` (the longer side first).
     pub truncated: bool,
+}
+
+fn ids(raw: &[u32]) -> Vec<i64> {
+    raw.iter().map(|&id| i64::from(id)).collect()
 }
 
 pub struct TextTokenizer {
@@ -72,22 +76,8 @@ impl TextTokenizer {
     /// two segments ([CLS] q [SEP] d [SEP] for BERT), with the same length
     /// policy as [`tokenize`](Self::tokenize).
     pub fn tokenize_pair(&self, query: &str, document: &str) -> Result<TokenizedPair, TokenizeError> {
-        let encode = |tokenizer: &Tokenizer| {
-            let encoding =
-                tokenizer.encode((query, document), true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
-            let ids = encoding.get_ids().iter().map(|&id| i64::from(id)).collect::<Vec<i64>>();
-            let type_ids = encoding.get_type_ids().iter().map(|&id| i64::from(id)).collect::<Vec<i64>>();
-            Ok::<_, TokenizeError>((ids, type_ids))
-        };
-        let (ids, type_ids) = encode(&self.whole)?;
-        if ids.len() <= self.max_seq_len {
-            return Ok(TokenizedPair { ids, type_ids, truncated: false });
-        }
-        if !self.truncate {
-            return Err(TokenizeError::TooLong { tokens: ids.len(), max: self.max_seq_len });
-        }
-        let (ids, type_ids) = encode(&self.truncating)?;
-        Ok(TokenizedPair { ids, type_ids, truncated: true })
+        let (encoding, truncated) = self.within_limit(|tokenizer| tokenizer.encode((query, document), true))?;
+        Ok(TokenizedPair { ids: ids(encoding.get_ids()), type_ids: ids(encoding.get_type_ids()), truncated })
     }
 
     /// Ids run from 0 to this, added tokens included.
@@ -96,17 +86,25 @@ impl TextTokenizer {
     }
 
     pub fn tokenize(&self, text: &str) -> Result<Tokenized, TokenizeError> {
-        let encode = |tokenizer: &Tokenizer| {
-            let encoding = tokenizer.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
-            Ok::<_, TokenizeError>(encoding.get_ids().iter().map(|&id| i64::from(id)).collect::<Vec<i64>>())
-        };
-        let ids = encode(&self.whole)?;
-        if ids.len() <= self.max_seq_len {
-            return Ok(Tokenized { ids, truncated: false });
+        let (encoding, truncated) = self.within_limit(|tokenizer| tokenizer.encode(text, true))?;
+        Ok(Tokenized { ids: ids(encoding.get_ids()), truncated })
+    }
+
+    /// The length policy: `encode` with the whole tokenizer, which tells the
+    /// input's true length; over `max_seq_len`, refused, or encoded again by
+    /// the truncating tokenizer (then `true`).
+    fn within_limit(
+        &self,
+        encode: impl Fn(&Tokenizer) -> tokenizers::Result<Encoding>,
+    ) -> Result<(Encoding, bool), TokenizeError> {
+        let encode = |tokenizer: &Tokenizer| encode(tokenizer).map_err(|e| TokenizeError::Encode(e.to_string()));
+        let whole = encode(&self.whole)?;
+        if whole.len() <= self.max_seq_len {
+            return Ok((whole, false));
         }
         if !self.truncate {
-            return Err(TokenizeError::TooLong { tokens: ids.len(), max: self.max_seq_len });
+            return Err(TokenizeError::TooLong { tokens: whole.len(), max: self.max_seq_len });
         }
-        Ok(Tokenized { ids: encode(&self.truncating)?, truncated: true })
+        Ok((encode(&self.truncating)?, true))
     }
 }

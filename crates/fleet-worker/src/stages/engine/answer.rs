@@ -1,6 +1,7 @@
-//! How one row's vector becomes its answer's `output`, by the model's task:
-//! an embedding, or the best classes with their labels. A text input adds
-//! its token count and whether it was cut.
+//! How a request's vectors become its answer's `output`, by the model's
+//! task: an embedding, the best classes with their labels, or a rerank
+//! request's documents by score. A text input adds its token count and
+//! whether it was cut.
 
 use super::error::EngineError;
 use super::labels::{load_labels, top_k, Label};
@@ -14,7 +15,7 @@ pub struct TextFields {
     pub truncated: bool,
 }
 
-/// How one row's vector becomes its answer, by task.
+/// How a request's vectors (one per row) become its answer, by task.
 pub enum Answer {
     /// `{"embedding": [...]}`.
     Embedding,
@@ -72,7 +73,7 @@ fn classes(labels: &[Label], k: usize, scores: &[f32]) -> Result<Value, EngineEr
             let mut class = json!({
                 "label": label.name(),
                 "index": scored.index,
-                "probability": scored.probability,
+                "probability": scored.score,
             });
             if let Some(id) = &label.id {
                 class["synset"] = json!(id);
@@ -81,6 +82,14 @@ fn classes(labels: &[Label], k: usize, scores: &[f32]) -> Result<Value, EngineEr
         })
         .collect();
     Ok(json!({ "classes": classes }))
+}
+
+/// A rerank module that gives `got` values per pair instead of one score.
+pub fn not_one_score(got: usize) -> EngineError {
+    EngineError::Signature {
+        key: "task.type",
+        problem: format!("= \"rerank\" reads one score per pair; the module gives {got}"),
+    }
 }
 
 fn with_text_fields(mut output: Value, text: Option<TextFields>) -> Value {
@@ -97,14 +106,11 @@ fn ranked(vectors: &[Vec<f32>]) -> Result<Value, EngineError> {
         .iter()
         .map(|v| match v.as_slice() {
             [score] => Ok(*score),
-            other => Err(EngineError::Signature {
-                key: "task.type",
-                problem: format!("= \"rerank\" reads one score per pair; the module gives {}", other.len()),
-            }),
+            other => Err(not_one_score(other.len())),
         })
         .collect::<Result<_, _>>()?;
     let results: Vec<Value> =
-        top_k(&scores, scores.len()).into_iter().map(|s| json!({ "index": s.index, "score": s.probability })).collect();
+        top_k(&scores, scores.len()).into_iter().map(|s| json!({ "index": s.index, "score": s.score })).collect();
     Ok(json!({ "results": results }))
 }
 

@@ -33,8 +33,7 @@ pub fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<J
     // A rerank request is a row per pair: what the model computed.
     let model_rows: usize = rows.iter().map(|input| input.rows()).sum();
     let computed = model_rows * batch.padded_len();
-    let real: usize = rows.iter().flat_map(|input| input.text_rows()).map(|row| row.ids.len()).sum();
-    let real = if real == 0 { batch.real_tokens() } else { real };
+    let real: usize = rows.iter().map(|input| input.real_tokens()).sum();
     metrics::histogram!(BATCH_SIZE).record(model_rows as f64);
     metrics::histogram!(BATCH_TOKENS).record(computed as f64);
     metrics::histogram!(PADDING_EFFICIENCY).record(real as f64 / computed.max(1) as f64);

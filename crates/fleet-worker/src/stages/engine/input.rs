@@ -58,6 +58,16 @@ impl ModelInput {
         }
     }
 
+    /// The tokens it really holds (its rows' unpadded lengths; 1 for an
+    /// image): the padding efficiency's numerator.
+    pub fn real_tokens(&self) -> usize {
+        match self {
+            Self::Tokens { ids, .. } => ids.len(),
+            Self::Pixels(_) => 1,
+            Self::Pairs { rows, .. } => rows.iter().map(|r| r.ids.len()).sum(),
+        }
+    }
+
     /// What a text input's answer adds (for pairs: the longest pair).
     pub fn text_fields(&self) -> Option<TextFields> {
         match self {
@@ -152,7 +162,7 @@ mod tests {
             rows: vec![pair(vec![101, 7, 102, 8, 102], 2), pair(vec![101, 7, 102, 9, 9, 102], 3)],
             truncated: false,
         };
-        assert_eq!((input.len(), input.rows()), (6, 2));
+        assert_eq!((input.len(), input.rows(), input.real_tokens()), (6, 2, 11));
         assert_eq!(input.text_fields(), Some(TextFields { tokens: 6, truncated: false }));
         let rows = input.text_rows();
         assert_eq!(rows[1].type_ids, Some(&[0, 0, 0, 1, 1, 1][..]));

@@ -43,18 +43,18 @@ pub fn load_labels(path: &Path) -> Result<Vec<Label>, String> {
     parse_labels(&raw).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// A class and its score.
+/// A class (or a rerank request's document) and its score.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Scored {
     pub index: usize,
-    pub probability: f32,
+    pub score: f32,
 }
 
 /// The `k` highest scores, best first (the lower index first among equals).
 pub fn top_k(scores: &[f32], k: usize) -> Vec<Scored> {
     let mut order: Vec<usize> = (0..scores.len()).collect();
     order.sort_by(|&x, &y| scores[y].total_cmp(&scores[x]).then(x.cmp(&y)));
-    order.into_iter().take(k).map(|index| Scored { index, probability: scores[index] }).collect()
+    order.into_iter().take(k).map(|index| Scored { index, score: scores[index] }).collect()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! outputs as answer JSON (the task's shape). The other stages batch and
 //! retry without knowing which kind or task it serves.
 
-use super::answer::{labels_mismatch, Answer};
+use super::answer::{labels_mismatch, not_one_score, Answer};
 use super::error::EngineError;
 use super::input::{stretch, ModelInput};
 use super::memory::MemoryGuard;
@@ -229,10 +229,7 @@ fn check_signature(torch: &Torch, answer: &Answer, probes: &[ModelInput]) -> Res
         (Answer::Classes { labels, .. }, Some(vector)) if vector.len() != labels.len() => {
             Err(labels_mismatch(labels.len(), vector.len()))
         }
-        (Answer::Ranked, Some(vector)) if vector.len() != 1 => Err(EngineError::Signature {
-            key: "task.type",
-            problem: format!("= \"rerank\" reads one score per pair; the module gives {}", vector.len()),
-        }),
+        (Answer::Ranked, Some(vector)) if vector.len() != 1 => Err(not_one_score(vector.len())),
         _ => Ok(()),
     }
 }

@@ -8,6 +8,7 @@
 //! fp16 that of GPUs. Neither is served unless its outputs agree with fp32's
 //! (`auto`), or the config forces it.
 
+use super::labels::top_k;
 use crate::config::model::Precision as Configured;
 
 /// The format a loaded version runs in.
@@ -243,9 +244,7 @@ pub fn top_class(probabilities: &[f32]) -> Option<usize> {
 }
 
 fn ranked(probabilities: &[f32]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..probabilities.len()).collect();
-    order.sort_by(|&x, &y| probabilities[y].total_cmp(&probabilities[x]));
-    order
+    top_k(probabilities, probabilities.len()).into_iter().map(|s| s.index).collect()
 }
 
 /// The smallest cosine similarity between paired rows; 0 when the shapes

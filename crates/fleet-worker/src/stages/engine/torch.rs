@@ -104,10 +104,7 @@ impl TextModule {
     }
 
     pub fn load(path: &Path, device: Device, signature: TextSignature) -> Result<Self, EngineError> {
-        let mut module = CModule::load_on_device(path, device)
-            .map_err(|source| EngineError::Load { path: path.display().to_string(), source })?;
-        module.set_eval();
-        Ok(Self { module, device, signature })
+        Ok(Self { module: load_module(path, device)?, device, signature })
     }
 
     pub fn device(&self) -> Device {
@@ -150,9 +147,21 @@ impl TextModule {
             })
             .collect();
         let out = self.module.forward_ts(&arguments)?;
-        let vectors = self.signature.head.apply(&out, padded.rows, Some(&mask))?;
-        Ok(Vec::<Vec<f32>>::try_from(&vectors.to_device(Device::Cpu).contiguous())?)
+        host_rows(&self.signature.head.apply(&out, padded.rows, Some(&mask))?)
     }
+}
+
+/// A TorchScript file on `device`, in eval mode.
+fn load_module(path: &Path, device: Device) -> Result<CModule, EngineError> {
+    let mut module = CModule::load_on_device(path, device)
+        .map_err(|source| EngineError::Load { path: path.display().to_string(), source })?;
+    module.set_eval();
+    Ok(module)
+}
+
+/// `[rows, dim]` on any device as one host vector per row.
+fn host_rows(vectors: &Tensor) -> Result<Vec<Vec<f32>>, EngineError> {
+    Ok(Vec::<Vec<f32>>::try_from(&vectors.to_device(Device::Cpu).contiguous())?)
 }
 
 /// Each row's segment ids (zeros where it has none), padded with 0 to `len`.
@@ -214,6 +223,9 @@ pub struct ImageModule {
     module: CModule,
     device: Device,
     signature: ImageSignature,
+    /// `nchw_float`: the mean and std per channel, on the device once
+    /// rather than copied there with every batch.
+    normalisation: Option<(Tensor, Tensor)>,
     /// What float inputs are made of: the weights' type (bf16 after `convert`).
     input_kind: Kind,
 }
@@ -227,10 +239,13 @@ impl ImageModule {
     }
 
     pub fn load(model: &Path, device: Device, signature: ImageSignature) -> Result<Self, EngineError> {
-        let mut module = CModule::load_on_device(model, device)
-            .map_err(|source| EngineError::Load { path: model.display().to_string(), source })?;
-        module.set_eval();
-        Ok(Self { module, device, signature, input_kind: Kind::Float })
+        let normalisation = (signature.layout == ImageLayout::NchwFloat).then(|| {
+            (
+                Tensor::from_slice(&signature.mean).to_device(device),
+                Tensor::from_slice(&signature.std).to_device(device),
+            )
+        });
+        Ok(Self { module: load_module(model, device)?, device, signature, normalisation, input_kind: Kind::Float })
     }
 
     /// Converts the weights to `kind` (bf16, fp16). A uint8 input stays
@@ -256,18 +271,15 @@ impl ImageModule {
         }
         let _no_grad = tch::no_grad_guard();
         let nhwc = Tensor::from_slice(&pixels).view([rows as i64, size as i64, size as i64, 3]).to_device(self.device);
-        let input = match self.signature.layout {
-            ImageLayout::NhwcUint8 => nhwc,
-            ImageLayout::NchwFloat => {
-                let mean = Tensor::from_slice(&self.signature.mean).to_device(self.device);
-                let std = Tensor::from_slice(&self.signature.std).to_device(self.device);
+        let input = match &self.normalisation {
+            None => nhwc,
+            Some((mean, std)) => {
                 let unit = nhwc.to_kind(Kind::Float) / 255.0;
                 ((unit - mean) / std).permute([0, 3, 1, 2]).to_kind(self.input_kind).contiguous()
             }
         };
         let out = self.module.forward_ts(&[input])?;
-        let vectors = self.signature.head.apply(&out, rows, None)?;
-        Ok(Vec::<Vec<f32>>::try_from(&vectors.to_device(Device::Cpu).contiguous())?)
+        host_rows(&self.signature.head.apply(&out, rows, None)?)
     }
 }
 
