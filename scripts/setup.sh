@@ -31,13 +31,18 @@ fc-list 2>/dev/null | grep -q . || missing+=(fonts-dejavu-core)
 system_python=$(PATH="${PATH//$FLEET_VENV\/bin:/}" command -v python3 || true)
 [ -n "$system_python" ] || missing+=(python3)
 "${system_python:-python3}" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# The Go client (clients/go, tested in make test): Go and its two libraries,
+# Sarama (Kafka) and Redigo (Redis), from Debian's packages (GOPATH mode).
+command -v go >/dev/null || missing+=(golang-go)
+[ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || missing+=(golang-github-shopify-sarama-dev)
+[ -d /usr/share/gocode/src/github.com/gomodule/redigo ] || missing+=(golang-github-gomodule-redigo-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "    installing: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
-ok "compilers, cmake, nasm, redis-server, python venv, fonts"
+ok "compilers, cmake, nasm, redis-server, python venv, fonts, Go with Sarama and Redigo"
 
 step 2/7 "python venv with torch $FLEET_TORCH_VERSION ($FLEET_VENV)"
 if [ -f "$FLEET_VENV/.complete" ]; then

@@ -84,10 +84,11 @@ def main():
                 "output": {"embedding": [float(x) for x in embedding]},
                 "timings_ms": {"queue": total_ms - infer_ms, "infer": infer_ms, "total": total_ms},
             }
-            pipe.hset(f"fleet:result:{request_id}", args.model_name, json.dumps(answer))
-            pipe.rpush(f"fleet:ready:{request_id}", args.model_name)
-            pipe.expire(f"fleet:result:{request_id}", RESULT_TTL_S)
-            pipe.expire(f"fleet:ready:{request_id}", RESULT_TTL_S)
+            result_key, ready_key = f"fleet:result:{{{request_id}}}", f"fleet:ready:{{{request_id}}}"
+            pipe.hset(result_key, args.model_name, json.dumps(answer))
+            pipe.rpush(ready_key, args.model_name)
+            pipe.expire(result_key, RESULT_TTL_S)
+            pipe.expire(ready_key, RESULT_TTL_S)
         pipe.execute()
         consumer.commit(asynchronous=False)
     consumer.close()

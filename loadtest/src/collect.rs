@@ -1,11 +1,11 @@
 //! Reads answers back for thousands of requests at once: every poll is one
-//! pipelined round trip of `HGET fleet:result:<id> <model>` per pending id
+//! pipelined round trip of `HGET fleet:result:{<id>} <model>` per pending id
 //! (in chunks), instead of a blocking wait and a connection per request.
 //! Answers live `result_ttl_s` (30 s by default), so the poll interval must
 //! stay far below that.
 
 use crate::ledger::Outcome;
-use fleet_proto::{keys, Answer, ModelName, RequestId, Status};
+use fleet_proto::{Answer, ModelName, Namespace, RequestId, Status};
 use redis::aio::MultiplexedConnection;
 
 /// Ids per pipeline: big enough to amortise the round trip, small enough
@@ -45,7 +45,7 @@ pub async fn poll(
     for chunk in ids.chunks(CHUNK) {
         let mut pipe = redis::pipe();
         for id in chunk {
-            pipe.hget(keys::result_key(id), model.as_str());
+            pipe.hget(Namespace::default().result_key(id), model.as_str());
         }
         let replies: Vec<Option<String>> = pipe.query_async(conn).await?;
         seen.extend(replies.into_iter().map(|reply| {

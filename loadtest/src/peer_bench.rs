@@ -13,7 +13,7 @@ use crate::fleet::{Binaries, LocalWorker};
 use anyhow::{bail, Context, Result};
 use fleet_producer::{FleetProducer, Request};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{ModelName, RequestId};
+use fleet_proto::{ModelName, Namespace, RequestId};
 use fleet_testkit::{Broker, Killed, Redis};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -81,7 +81,7 @@ pub async fn peer(bench: &PeerBench) -> Result<Side> {
     let (broker, redis, model) = servers(bench).await?;
     let mut child = Command::new(&bench.python)
         .arg(&bench.script)
-        .args(["--brokers", &broker.addr, "--redis", &redis.url(), "--topic", &model.topic()])
+        .args(["--brokers", &broker.addr, "--redis", &redis.url(), "--topic", &Namespace::default().topic(&model)])
         .args(["--group", "peer.minilm", "--model-name", MODEL])
         .stdout(Stdio::piped())
         .stderr(fleet_testkit::log_file("peer-consumer"))
@@ -155,7 +155,7 @@ async fn measure(bench: &PeerBench, broker: &Broker, redis: &Redis, model: &Mode
 
 async fn embedding(conn: &mut redis::aio::MultiplexedConnection, id: &RequestId) -> Option<Vec<f32>> {
     let raw: Option<String> =
-        redis::cmd("HGET").arg(fleet_proto::keys::result_key(id)).arg(MODEL).query_async(conn).await.ok().flatten();
+        redis::cmd("HGET").arg(Namespace::default().result_key(id)).arg(MODEL).query_async(conn).await.ok().flatten();
     raw.as_deref().and_then(embedding_of)
 }
 

@@ -12,10 +12,11 @@ use crate::ledger::{Ledger, Outcome};
 use crate::profile::{self, Profile};
 use crate::timeline::Record;
 use anyhow::{Context, Result};
+use fleet_connect::redis::RedisTarget;
 use fleet_producer::{admission, BacklogGuard, FleetProducer, KafkaConfig, Request, SendError};
 use fleet_proto::backlog::Load;
 use fleet_proto::clock::now_ms;
-use fleet_proto::{ModelName, RequestId};
+use fleet_proto::{ModelName, Namespace, RequestId};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::consumer::BaseConsumer;
 use redis::aio::MultiplexedConnection;
@@ -142,8 +143,13 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     let mut producer = FleetProducer::new(&config.kafka, "loadtest")?;
     if let Some(rule) = config.admission {
         let guard = match rule {
-            AdmissionRule::FixedBacklog(limit) => BacklogGuard::connect_client(config.redis.clone(), limit).await?,
-            AdmissionRule::PredictedWait => BacklogGuard::adaptive(config.redis.clone()).await?,
+            AdmissionRule::FixedBacklog(limit) => {
+                BacklogGuard::connect_to(&RedisTarget::Server(config.redis.clone()), Namespace::default(), limit)
+                    .await?
+            }
+            AdmissionRule::PredictedWait => {
+                BacklogGuard::adaptive(&RedisTarget::Server(config.redis.clone()), Namespace::default()).await?
+            }
         };
         producer = producer.with_admission(guard);
     }
@@ -151,7 +157,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     let offsets: BaseConsumer = config
         .kafka
         .client_config()
-        .set("group.id", config.model.consumer_group())
+        .set("group.id", Namespace::default().consumer_group(&config.model))
         .set("enable.auto.commit", "false")
         .create()?;
     let offsets = Arc::new(offsets);
@@ -332,10 +338,11 @@ async fn sample_fleet(
             _ = &mut stop => return samples,
             _ = tick.tick() => {}
         }
-        if let Ok(Some(load)) = admission::read_load(&mut redis, &model).await {
+        if let Ok(Some(load)) = admission::read_load(&mut redis, &Namespace::default().backlog_key(&model)).await {
             samples.load.push((start.elapsed().as_secs_f64(), load));
         }
-        let (consumer, group, topic) = (consumer.clone(), model.consumer_group(), model.topic());
+        let (consumer, group, topic) =
+            (consumer.clone(), Namespace::default().consumer_group(&model), Namespace::default().topic(&model));
         let measured = tokio::task::spawn_blocking(move || {
             fleet_ops::probe::measure(consumer.as_ref(), &group, &topic, Duration::from_secs(2))
         })
@@ -349,7 +356,7 @@ async fn sample_fleet(
 /// Messages ever written to the model's dead-letter topic (partition 0).
 async fn dlq_high_watermark(consumer: &Arc<BaseConsumer>, model: &ModelName) -> Result<u64> {
     use rdkafka::consumer::Consumer;
-    let (consumer, topic) = (consumer.clone(), model.dlq_topic());
+    let (consumer, topic) = (consumer.clone(), Namespace::default().dlq_topic(model));
     let (_, high) = tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10)))
         .await?
         .context("reading the dead-letter topic's watermark")?;

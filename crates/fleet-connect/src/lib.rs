@@ -7,9 +7,14 @@
 //!   [`kafka_security`], then `--kafka-property` overrides; [`kafka_check`]
 //!   makes the first contact fail fast with the reason;
 //! - [`redis`]: a `redis://` or `rediss://` URL (ACL user and password may
-//!   be in it), a private CA for TLS, a client certificate for mutual TLS.
+//!   be in it), a private CA for TLS, a client certificate for mutual TLS,
+//!   one server or a Redis Cluster;
+//! - [`namespace`]: the prefixes of topics, groups and Redis keys;
+//! - [`acl`]: the Redis ACL rules of the worker and client users.
 
+pub mod acl;
 pub mod kafka;
 pub mod kafka_check;
 pub mod kafka_security;
+pub mod namespace;
 pub mod redis;

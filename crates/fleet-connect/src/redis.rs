@@ -1,7 +1,10 @@
 //! Redis connection settings: the URL (`redis://` plain, `rediss://` TLS;
 //! an ACL user and password may be in it), and for TLS a CA to trust (a
 //! private CA, instead of the system's roots) and a client certificate and
-//! key for servers that require mutual TLS (`tls-auth-clients yes`).
+//! key for servers that require mutual TLS (`tls-auth-clients yes`); and
+//! whether it is one server or a Redis Cluster (`--redis-cluster`: the URL
+//! then lists seed nodes, comma-separated, and commands go to the node
+//! owning their key's slot).
 //!
 //! The URL is never printed whole: `Debug` and errors show it with the
 //! password replaced, and `--help` does not show the environment's value.
@@ -9,18 +12,102 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// A connection that reconnects by itself, each (re)connect bounded by
-/// `connect` and each reply by `respond`: a Redis that does not answer
-/// costs a caller at most that long, never a hang.
-pub async fn managed(
-    client: redis::Client,
-    connect: Duration,
-    respond: Duration,
-) -> Result<redis::aio::ConnectionManager, redis::RedisError> {
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connect))
-        .set_response_timeout(Some(respond));
-    redis::aio::ConnectionManager::new_with_config(client, config).await
+/// One Redis server or a Redis Cluster, behind one connection type, so
+/// every user of Redis works with both. Cheap to clone (all variants are
+/// multiplexed handles). In cluster mode a command goes to the node of its
+/// key's slot; a pipeline must stay within one slot (the fleet's pipelines
+/// touch one key, or one request's hash-tagged keys), and MGET is split by
+/// slot by the cluster client.
+#[derive(Clone)]
+pub enum Connection {
+    /// Reconnects by itself after a failure.
+    Managed(redis::aio::ConnectionManager),
+    /// One connection; for blocking commands (BLPOP), which must not share a
+    /// connection with other callers.
+    Plain(redis::aio::MultiplexedConnection),
+    /// Routes by slot; reconnects to nodes and refreshes slots by itself.
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Managed(c) => c.req_packed_command(cmd),
+            Self::Plain(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Managed(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Plain(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Managed(c) => c.get_db(),
+            Self::Plain(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where the fleet's Redis is: a client for one server, or for a cluster.
+#[derive(Clone)]
+// A few per process, made once: their size does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum RedisTarget {
+    Server(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl RedisTarget {
+    /// A connection that reconnects by itself, each (re)connect bounded by
+    /// `connect` and each reply by `respond`: a Redis that does not answer
+    /// costs a caller at most that long, never a hang.
+    pub async fn managed(&self, connect: Duration, respond: Duration) -> Result<Connection, redis::RedisError> {
+        match self {
+            Self::Server(client) => {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect))
+                    .set_response_timeout(Some(respond));
+                Ok(Connection::Managed(redis::aio::ConnectionManager::new_with_config(client.clone(), config).await?))
+            }
+            Self::Cluster(_) => self.connection(connect, Some(respond)).await,
+        }
+    }
+
+    /// A connection of its own. `respond: None` for blocking commands, whose
+    /// reply may take as long as their own timeout.
+    pub async fn connection(
+        &self,
+        connect: Duration,
+        respond: Option<Duration>,
+    ) -> Result<Connection, redis::RedisError> {
+        match self {
+            Self::Server(client) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connect))
+                    .set_response_timeout(respond);
+                Ok(Connection::Plain(client.get_multiplexed_async_connection_with_config(&config).await?))
+            }
+            Self::Cluster(client) => {
+                let mut config = redis::cluster::ClusterConfig::new().set_connection_timeout(connect);
+                if let Some(respond) = respond {
+                    config = config.set_response_timeout(respond);
+                }
+                Ok(Connection::Cluster(client.get_async_connection_with_config(config).await?))
+            }
+        }
+    }
 }
 
 #[derive(Clone, clap::Args)]
@@ -37,6 +124,10 @@ pub struct RedisConfig {
     /// rediss:// with mutual TLS: the client certificate's key (PEM).
     #[arg(long, env = "FLEET_REDIS_CLIENT_KEY", requires = "redis_client_cert")]
     pub redis_client_key: Option<PathBuf>,
+    /// The URL names Redis Cluster seed nodes (comma-separated URLs); keys
+    /// are routed by slot.
+    #[arg(long, env = "FLEET_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +138,8 @@ pub enum RedisConfigError {
     TlsFileWithoutTls { setting: &'static str, url: String },
     #[error("Redis URL {url}: {source}")]
     Client { url: String, source: redis::RedisError },
+    #[error("{setting} is not supported with --redis-cluster (a cluster over TLS trusts the system's roots)")]
+    ClusterTlsFile { setting: &'static str },
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -56,6 +149,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("redis_ca_file", &self.redis_ca_file)
             .field("redis_client_cert", &self.redis_client_cert)
             .field("redis_client_key", &self.redis_client_key)
+            .field("redis_cluster", &self.redis_cluster)
             .finish()
     }
 }
@@ -63,7 +157,18 @@ impl std::fmt::Debug for RedisConfig {
 impl RedisConfig {
     /// A URL alone: plain, or TLS trusting the system's roots.
     pub fn url(url: impl Into<String>) -> Self {
-        Self { url: url.into(), redis_ca_file: None, redis_client_cert: None, redis_client_key: None }
+        Self {
+            url: url.into(),
+            redis_ca_file: None,
+            redis_client_cert: None,
+            redis_client_key: None,
+            redis_cluster: false,
+        }
+    }
+
+    /// Seed node URLs of a Redis Cluster.
+    pub fn cluster(seeds: &[String]) -> Self {
+        Self { redis_cluster: true, ..Self::url(seeds.join(",")) }
     }
 
     pub fn is_tls(&self) -> bool {
@@ -72,13 +177,34 @@ impl RedisConfig {
 
     /// The URL with any password replaced by `***`, for logs and errors.
     pub fn redacted_url(&self) -> String {
-        redact(&self.url)
+        self.url.split(',').map(redact).collect::<Vec<_>>().join(",")
     }
 
-    /// A client for these settings. Reads the certificate files now, so a
+    /// One server or a cluster, as configured.
+    pub fn target(&self) -> Result<RedisTarget, RedisConfigError> {
+        if !self.redis_cluster {
+            return self.client().map(RedisTarget::Server);
+        }
+        let tls_files = [
+            ("--redis-ca-file", &self.redis_ca_file),
+            ("--redis-client-cert", &self.redis_client_cert),
+            ("--redis-client-key", &self.redis_client_key),
+        ];
+        if let Some((setting, _)) = tls_files.iter().find(|(_, path)| path.is_some()) {
+            return Err(RedisConfigError::ClusterTlsFile { setting });
+        }
+        let seeds: Vec<&str> = self.url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        redis::cluster::ClusterClientBuilder::new(seeds)
+            .build()
+            .map(RedisTarget::Cluster)
+            .map_err(|source| RedisConfigError::Client { url: self.redacted_url(), source })
+    }
+
+    /// A client for one server (of a cluster: the first seed alone). Reads the certificate files now, so a
     /// missing file fails the start instead of the first request.
     pub fn client(&self) -> Result<redis::Client, RedisConfigError> {
         let client_error = |source| RedisConfigError::Client { url: self.redacted_url(), source };
+        let url = self.url.split(',').next().unwrap_or_default().trim();
         let tls_files = [
             ("--redis-ca-file", &self.redis_ca_file),
             ("--redis-client-cert", &self.redis_client_cert),
@@ -88,7 +214,7 @@ impl RedisConfig {
             if let Some((setting, _)) = tls_files.iter().find(|(_, path)| path.is_some()) {
                 return Err(RedisConfigError::TlsFileWithoutTls { setting, url: self.redacted_url() });
             }
-            return redis::Client::open(self.url.as_str()).map_err(client_error);
+            return redis::Client::open(url).map_err(client_error);
         }
         let read = |what: &'static str, path: &Option<PathBuf>| {
             path.as_ref()
@@ -106,10 +232,9 @@ impl RedisConfig {
             _ => None,
         };
         if root_cert.is_none() && client_tls.is_none() {
-            return redis::Client::open(self.url.as_str()).map_err(client_error);
+            return redis::Client::open(url).map_err(client_error);
         }
-        redis::Client::build_with_tls(self.url.as_str(), redis::TlsCertificates { client_tls, root_cert })
-            .map_err(client_error)
+        redis::Client::build_with_tls(url, redis::TlsCertificates { client_tls, root_cert }).map_err(client_error)
     }
 }
 
@@ -140,6 +265,9 @@ mod tests {
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
         let config = RedisConfig::url("redis://fleet:s3cret@127.0.0.1:6379");
         assert!(!format!("{config:?}").contains("s3cret"));
+        let cluster = RedisConfig::cluster(&["redis://u:pw@a:1".into(), "redis://u:pw@b:2".into()]);
+        assert_eq!(cluster.redacted_url(), "redis://u:***@a:1,redis://u:***@b:2");
+        assert!(matches!(cluster.target(), Ok(RedisTarget::Cluster(_))));
     }
 
     #[test]

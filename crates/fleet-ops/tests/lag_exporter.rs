@@ -2,7 +2,7 @@
 //! has not committed, and a group that never committed reads as all of it.
 
 use fleet_producer::{FleetProducer, Request};
-use fleet_proto::{ModelName, RequestId};
+use fleet_proto::{ModelName, Namespace, RequestId};
 use fleet_testkit::{free_port, http_get, log_file, metric_value, Broker, Killed};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -86,7 +86,7 @@ async fn exported_lag_is_what_the_group_has_not_committed() {
             .spawn()
             .unwrap(),
     );
-    let group = model.consumer_group();
+    let group = Namespace::default().consumer_group(&model);
 
     // Nobody has consumed: the lag is every message, not zero.
     let scrape = wait_for_lag(addr, &group, 40.0).await;
@@ -102,7 +102,7 @@ async fn exported_lag_is_what_the_group_has_not_committed() {
     assert_eq!(per_partition.iter().sum::<f64>(), 40.0, "{per_partition:?}");
     assert!(per_partition.iter().filter(|&&lag| lag > 0.0).count() > 1, "keys spread over partitions");
 
-    consume_and_commit(&broker, &group, &model.topic(), 15);
+    consume_and_commit(&broker, &group, &Namespace::default().topic(&model), 15);
     wait_for_lag(addr, &group, 25.0).await;
     let ready = tokio::task::spawn_blocking(move || http_get(addr, "/ready")).await.unwrap();
     assert_eq!(ready.map(|(status, _)| status), Some(200));

@@ -21,11 +21,11 @@
 //! installs a recorder): `fleet_admission_refused_total{model,reason}`,
 //! `fleet_admission_predicted_wait_seconds{model}`.
 
+use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_proto::backlog::{self, Load};
 use fleet_proto::clock::now_ms;
-use fleet_proto::ModelName;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncCommands, AsyncConnectionConfig};
+use fleet_proto::{ModelName, Namespace};
+use redis::AsyncCommands;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -58,7 +58,8 @@ pub fn admit(
 }
 
 pub struct BacklogGuard {
-    conn: MultiplexedConnection,
+    conn: Connection,
+    namespace: Namespace,
     max_backlog: Option<u64>,
     predict_wait: bool,
     refresh: Duration,
@@ -87,28 +88,33 @@ impl SendLog {
 }
 
 impl BacklogGuard {
-    /// A fixed backlog limit only (the predicted-wait rule off).
+    /// A fixed backlog limit only (the predicted-wait rule off), one server
+    /// at `redis_url`, the default key prefix.
     pub async fn connect(redis_url: &str, max_backlog: u64) -> Result<Self, redis::RedisError> {
-        Self::connect_client(redis::Client::open(redis_url)?, max_backlog).await
+        let target = RedisTarget::Server(redis::Client::open(redis_url)?);
+        Self::connect_to(&target, Namespace::default(), max_backlog).await
     }
 
-    /// With a client built elsewhere, e.g. with TLS settings.
-    pub async fn connect_client(client: redis::Client, max_backlog: u64) -> Result<Self, redis::RedisError> {
-        Ok(Self::open(client).await?.with_max_backlog(Some(max_backlog)))
+    /// With a target built elsewhere (TLS settings, a cluster) and the
+    /// release's key prefix.
+    pub async fn connect_to(
+        target: &RedisTarget,
+        namespace: Namespace,
+        max_backlog: u64,
+    ) -> Result<Self, redis::RedisError> {
+        Ok(Self::open(target, namespace).await?.with_max_backlog(Some(max_backlog)))
     }
 
     /// Adaptive: refuse what the predicted wait says would expire; no fixed limit.
-    pub async fn adaptive(client: redis::Client) -> Result<Self, redis::RedisError> {
-        Ok(Self::open(client).await?.with_predicted_wait(true))
+    pub async fn adaptive(target: &RedisTarget, namespace: Namespace) -> Result<Self, redis::RedisError> {
+        Ok(Self::open(target, namespace).await?.with_predicted_wait(true))
     }
 
-    async fn open(client: redis::Client) -> Result<Self, redis::RedisError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_millis(500)));
-        let conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+    async fn open(target: &RedisTarget, namespace: Namespace) -> Result<Self, redis::RedisError> {
+        let conn = target.connection(Duration::from_secs(2), Some(Duration::from_millis(500))).await?;
         Ok(Self {
             conn,
+            namespace,
             max_backlog: None,
             predict_wait: false,
             refresh: Duration::from_millis(250),
@@ -163,7 +169,7 @@ impl BacklogGuard {
                 return value;
             }
         }
-        let value = match read_load(&mut self.conn.clone(), model).await {
+        let value = match read_load(&mut self.conn.clone(), &self.namespace.backlog_key(model)).await {
             Ok(load) => load,
             Err(e) => {
                 tracing::warn!(error = %e, %model, "backlog unreadable; admitting");
@@ -212,8 +218,11 @@ impl BacklogGuard {
 /// The model's load as the workers' fresh reports in Redis give it now
 /// (`None`: no fresh report), uncached and not projected: what a producer's
 /// admission starts from, and what the loadtest records each second.
-pub async fn read_load(conn: &mut MultiplexedConnection, model: &ModelName) -> redis::RedisResult<Option<Load>> {
-    let reports: HashMap<String, String> = conn.hgetall(backlog::backlog_key(model)).await?;
+pub async fn read_load(
+    conn: &mut (impl redis::aio::ConnectionLike + Send + Sync),
+    backlog_key: &str,
+) -> redis::RedisResult<Option<Load>> {
+    let reports: HashMap<String, String> = conn.hgetall(backlog_key).await?;
     Ok(backlog::fresh_load(reports.values().map(String::as_str), now_ms()))
 }
 

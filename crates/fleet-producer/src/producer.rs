@@ -17,7 +17,7 @@
 use crate::admission::{BacklogGuard, Overloaded};
 use crate::{KafkaConfig, Request};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{ContentType, Envelope, ModelName, RequestId};
+use fleet_proto::{ContentType, Envelope, ModelName, Namespace, RequestId};
 use futures::FutureExt;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -47,6 +47,8 @@ pub struct FleetProducer {
     client_config: ClientConfig,
     source: String,
     guard: Option<BacklogGuard>,
+    /// Names the topic of each model.
+    namespace: Namespace,
 }
 
 /// Where a delivered message landed.
@@ -84,7 +86,19 @@ impl FleetProducer {
             // Images up to the fleet's value limit (librdkafka's default is 1 MB).
             .set("message.max.bytes", fleet_proto::limits::MAX_MESSAGE_BYTES.to_string());
         let inner: FutureProducer = client_config.create()?;
-        Ok(Self { inner: RwLock::new(Arc::new(inner)), client_config, source: source.to_owned(), guard: None })
+        Ok(Self {
+            inner: RwLock::new(Arc::new(inner)),
+            client_config,
+            source: source.to_owned(),
+            guard: None,
+            namespace: Namespace::default(),
+        })
+    }
+
+    /// Sends to the topics of `namespace` (default: `infer.<model>`).
+    pub fn with_namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = namespace;
+        self
     }
 
     /// The producer in use now (a lock poisoned by a panicking sender still
@@ -152,7 +166,7 @@ impl FleetProducer {
             header_values.iter().fold(OwnedHeaders::new_with_capacity(header_values.len()), |hs, (key, value)| {
                 hs.insert(Header { key, value: Some(value.as_bytes()) })
             });
-        let topic = model.topic();
+        let topic = self.namespace.topic(model);
         let mut record =
             FutureRecord::to(&topic).key(request.id.as_str()).payload(request.payload.as_slice()).headers(headers);
         // At most one replacement per send: a fresh producer that fails
@@ -258,7 +272,7 @@ mod tests {
         let failed = fleet.current();
         fail_fatally(&failed);
         // The premise: a fatally failed producer refuses every send.
-        let topic = model.topic();
+        let topic = Namespace::default().topic(&model);
         let refused = failed.send_result(FutureRecord::<str, [u8]>::to(&topic).payload(&b"x"[..]));
         assert!(matches!(refused, Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), _))));
 

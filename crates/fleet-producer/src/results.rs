@@ -2,13 +2,15 @@
 //! request's ready list until every expected model has answered, and
 //! `wait_all` waits for many requests at once over one connection.
 //!
-//! Any client can do the same with two commands: `BLPOP fleet:ready:<id> <s>`
+//! Any client can do the same with two commands: `BLPOP fleet:ready:{<id>} <s>`
 //! until it has seen as many pushes as parts (or times out), then
-//! `HGETALL fleet:result:<id>` for the answers, one field per model.
+//! `HGETALL fleet:result:{<id>}` for the answers, one field per model.
+//! One Redis server or a Redis Cluster alike (`fleet_connect::redis`).
 
-use fleet_proto::{keys, Answer, ModelName, RequestId};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncCommands, AsyncConnectionConfig};
+use fleet_connect::redis::{Connection, RedisTarget};
+use fleet_proto::{Answer, ModelName, Namespace, RequestId};
+use futures::future::join_all;
+use redis::AsyncCommands;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -41,41 +43,41 @@ fn parse_answers(id: &RequestId, raw: BTreeMap<String, String>) -> Result<Answer
 }
 
 pub struct ResultClient {
-    client: redis::Client,
-    conn: MultiplexedConnection,
+    target: RedisTarget,
+    namespace: Namespace,
+    conn: Connection,
     /// Connections for `wait`'s BLPOP, which holds its connection: one per
     /// `wait` in progress, kept for the next one when it ends cleanly.
-    blocking: std::sync::Mutex<Vec<MultiplexedConnection>>,
+    blocking: std::sync::Mutex<Vec<Connection>>,
 }
 
 /// At most this many idle BLPOP connections are kept.
 const IDLE_BLOCKING_CONNECTIONS: usize = 16;
 
 impl ResultClient {
-    /// A plain `redis://` URL, or `rediss://` trusting the system's roots.
+    /// One server at a plain `redis://` URL, or `rediss://` trusting the
+    /// system's roots; the default key prefix.
     pub async fn connect(url: &str) -> Result<Self, ResultError> {
-        Self::connect_client(redis::Client::open(url)?).await
+        Self::connect_to(&RedisTarget::Server(redis::Client::open(url)?), Namespace::default()).await
     }
 
-    /// With a client built elsewhere, e.g. with TLS settings
-    /// (`fleet_connect::redis::RedisConfig::client`).
-    pub async fn connect_client(client: redis::Client) -> Result<Self, ResultError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(5)));
-        let conn = client.get_multiplexed_async_connection_with_config(&config).await?;
-        Ok(Self { client, conn, blocking: std::sync::Mutex::new(Vec::new()) })
+    /// With a target built elsewhere, e.g. with TLS settings or a cluster
+    /// (`fleet_connect::redis::RedisConfig::target`), and the release's
+    /// key prefix.
+    pub async fn connect_to(target: &RedisTarget, namespace: Namespace) -> Result<Self, ResultError> {
+        let conn = target.connection(Duration::from_secs(2), Some(Duration::from_secs(5))).await?;
+        Ok(Self { target: target.clone(), namespace, conn, blocking: std::sync::Mutex::new(Vec::new()) })
     }
 
     /// The answers present now (possibly none, possibly partial).
     pub async fn poll(&self, id: &RequestId) -> Result<Answers, ResultError> {
-        let raw: BTreeMap<String, String> = self.conn.clone().hgetall(keys::result_key(id)).await?;
+        let raw: BTreeMap<String, String> = self.conn.clone().hgetall(self.namespace.result_key(id)).await?;
         parse_answers(id, raw)
     }
 
-    /// Waits for many requests at once: every `POLL_EVERY` one pipelined
-    /// round trip (`HGETALL` per request still open, in chunks) over this
-    /// client's connection, until each has every model's answer or `timeout`
+    /// Waits for many requests at once: every `POLL_EVERY` an `HGETALL` per
+    /// request still open, sent together (in chunks) over this client's
+    /// multiplexed connection (one round trip per chunk and node), until each has every model's answer or `timeout`
     /// passes. One result per id, in order. Cheaper than a `wait` per id
     /// (each holds a connection of its own while it blocks) when thousands
     /// are open, and each answer is taken as soon as it is seen, long before
@@ -96,11 +98,13 @@ impl ResultClient {
         while !open.is_empty() {
             let mut still = Vec::with_capacity(open.len());
             for chunk in open.chunks(CHUNK) {
-                let mut pipe = redis::pipe();
-                for &i in chunk {
-                    pipe.hgetall(keys::result_key(&ids[i]));
-                }
-                let replies: Result<Vec<BTreeMap<String, String>>, _> = pipe.query_async(&mut self.conn.clone()).await;
+                // Not one pipeline: in a cluster the ids' keys live in
+                // different slots, which one pipeline may not span.
+                let reads = chunk.iter().map(|&i| {
+                    let (mut conn, key) = (self.conn.clone(), self.namespace.result_key(&ids[i]));
+                    async move { conn.hgetall::<_, BTreeMap<String, String>>(key).await }
+                });
+                let replies: Result<Vec<BTreeMap<String, String>>, _> = join_all(reads).await.into_iter().collect();
                 let replies = match replies {
                     Ok(replies) => replies,
                     Err(e) => {
@@ -173,7 +177,7 @@ impl ResultClient {
         // waits. A wait that fails or is cancelled (`wait`'s bound) drops
         // its connection: a BLPOP may still be pending on it.
         let mut blocking = self.blocking_connection().await?;
-        let ready = keys::ready_key(id);
+        let ready = self.namespace.ready_key(id);
         loop {
             let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() {
@@ -200,24 +204,17 @@ impl ResultClient {
 
     /// An idle BLPOP connection, or a new one. No response timeout of its
     /// own: `wait` bounds the whole call.
-    async fn blocking_connection(&self) -> Result<MultiplexedConnection, ResultError> {
+    async fn blocking_connection(&self) -> Result<Connection, ResultError> {
         let idle = self.blocking.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
         match idle {
             Some(conn) => Ok(conn),
-            None => Ok(self
-                .client
-                .get_multiplexed_async_connection_with_config(
-                    // No response timeout (the client's default is 500 ms, far
-                    // shorter than a BLPOP): `wait` bounds the whole call.
-                    &AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(Duration::from_secs(2)))
-                        .set_response_timeout(None),
-                )
-                .await?),
+            // No response timeout (the client's default is 500 ms, far
+            // shorter than a BLPOP): `wait` bounds the whole call.
+            None => Ok(self.target.connection(Duration::from_secs(2), None).await?),
         }
     }
 
-    fn keep_blocking_connection(&self, conn: MultiplexedConnection) {
+    fn keep_blocking_connection(&self, conn: Connection) {
         let mut idle = self.blocking.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if idle.len() < IDLE_BLOCKING_CONNECTIONS {
             idle.push(conn);

@@ -1,11 +1,22 @@
-//! The one place that decides how the fleet's topics are created, so setup,
-//! tests, the demo and the chart's init job all make them the same way.
+//! The one place that decides how the fleet's topics are made, so setup,
+//! tests, the demo and the chart's topics job make them the same way:
+//! partitions, replication factor, `min.insync.replicas`, retention and the
+//! largest message, from flags or the environment (the chart sets both).
+//!
+//! Existing topics are brought up to the partition count asked for, never
+//! down (Kafka cannot remove partitions; fewer asked is reported and left).
+//! Other settings of an existing topic are compared and each difference is
+//! reported, not changed: Kafka's AlterConfigs replaces a topic's whole
+//! configuration, which would drop what an operator set by hand.
 
 use crate::KafkaConfig;
-use fleet_proto::ModelName;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use fleet_proto::{ModelName, Namespace};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use std::collections::HashMap;
+use std::fmt;
 use std::time::Duration;
 
 /// Default partitions of `infer.<model>`: the most useful replicas of its workers.
@@ -13,17 +24,44 @@ pub const DEFAULT_PARTITIONS: i32 = 8;
 /// Dead letters are kept a week: long enough for someone to look.
 pub const DLQ_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 
-#[derive(Debug, Clone, Copy)]
+/// How a model's topics are made. `None` leaves a setting to the broker's
+/// default (`default.replication.factor`, `min.insync.replicas`,
+/// `log.retention.*`): a managed Kafka (Confluent Cloud, MSK) sets those
+/// for its durability, and a fixed 1 would be refused there or lose
+/// requests with one broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct TopicSettings {
+    /// Partitions of infer.<model>: the most workers that can share it.
+    #[arg(long, env = "FLEET_TOPIC_PARTITIONS", default_value_t = DEFAULT_PARTITIONS)]
     pub partitions: i32,
-    pub replication: i32,
-    /// Largest message value the model accepts (text or encoded image).
+    /// Replicas of each partition; default: the broker's default.replication.factor.
+    #[arg(long, env = "FLEET_TOPIC_REPLICATION_FACTOR")]
+    pub replication_factor: Option<i32>,
+    /// min.insync.replicas of both topics; default: the broker's.
+    #[arg(long, env = "FLEET_TOPIC_MIN_INSYNC_REPLICAS")]
+    pub min_insync_replicas: Option<u32>,
+    /// retention.ms of infer.<model>; default: the broker's. Requests older
+    /// than their deadline are dropped anyway; keep enough for a long outage.
+    #[arg(long, env = "FLEET_TOPIC_RETENTION_MS")]
+    pub retention_ms: Option<u64>,
+    /// retention.ms of infer.<model>.dlq.
+    #[arg(long, env = "FLEET_DLQ_RETENTION_MS", default_value_t = DLQ_RETENTION_MS)]
+    pub dlq_retention_ms: u64,
+    /// Largest message value the model accepts (text or encoded image), bytes.
+    #[arg(long, env = "FLEET_MAX_VALUE_BYTES", default_value_t = fleet_proto::limits::MAX_VALUE_BYTES)]
     pub max_value_bytes: u64,
 }
 
 impl Default for TopicSettings {
     fn default() -> Self {
-        Self { partitions: DEFAULT_PARTITIONS, replication: 1, max_value_bytes: fleet_proto::limits::MAX_VALUE_BYTES }
+        Self {
+            partitions: DEFAULT_PARTITIONS,
+            replication_factor: None,
+            min_insync_replicas: None,
+            retention_ms: None,
+            dlq_retention_ms: DLQ_RETENTION_MS,
+            max_value_bytes: fleet_proto::limits::MAX_VALUE_BYTES,
+        }
     }
 }
 
@@ -32,32 +70,279 @@ impl TopicSettings {
     pub fn max_message_bytes(&self) -> u64 {
         self.max_value_bytes + fleet_proto::limits::HEADER_ALLOWANCE_BYTES
     }
+
+    /// The topic configs the fleet sets on `infer.<model>`.
+    pub fn request_configs(&self) -> Vec<(&'static str, String)> {
+        let mut configs = vec![("max.message.bytes", self.max_message_bytes().to_string())];
+        configs.extend(self.min_insync_replicas.map(|n| ("min.insync.replicas", n.to_string())));
+        configs.extend(self.retention_ms.map(|ms| ("retention.ms", ms.to_string())));
+        configs
+    }
+
+    /// The topic configs the fleet sets on `infer.<model>.dlq`.
+    pub fn dlq_configs(&self) -> Vec<(&'static str, String)> {
+        let mut configs = vec![
+            ("max.message.bytes", self.max_message_bytes().to_string()),
+            ("retention.ms", self.dlq_retention_ms.to_string()),
+        ];
+        configs.extend(self.min_insync_replicas.map(|n| ("min.insync.replicas", n.to_string())));
+        configs
+    }
+
+    fn replication(&self) -> TopicReplication<'static> {
+        // -1: the broker's default.replication.factor (KIP-464, Kafka 2.4+).
+        TopicReplication::Fixed(self.replication_factor.unwrap_or(-1))
+    }
 }
 
-/// Creates `infer.<model>` and `infer.<model>.dlq` if they do not exist yet.
-/// Existing topics are left as they are (changing partitions is an operator's
-/// decision: it moves keys between partitions).
-pub async fn ensure_topics(kafka: &KafkaConfig, model: &ModelName, settings: TopicSettings) -> Result<(), KafkaError> {
+/// What `ensure_topics` did, or found and left, on one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicChange {
+    Created {
+        topic: String,
+        partitions: i32,
+    },
+    Grown {
+        topic: String,
+        from: i32,
+        to: i32,
+    },
+    /// Fewer partitions asked than the topic has: Kafka cannot remove them.
+    KeptMorePartitions {
+        topic: String,
+        have: i32,
+        asked: i32,
+    },
+    /// A setting differs from what was asked; not changed (see the module docs).
+    ConfigDiffers {
+        topic: String,
+        name: String,
+        have: Option<String>,
+        asked: String,
+    },
+    Unchanged {
+        topic: String,
+    },
+}
+
+impl fmt::Display for TopicChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Created { topic, partitions } => write!(f, "{topic}: created ({partitions} partitions)"),
+            Self::Grown { topic, from, to } => write!(f, "{topic}: partitions increased {from} -> {to}"),
+            Self::KeptMorePartitions { topic, have, asked } => {
+                write!(f, "{topic}: has {have} partitions, {asked} asked; left as is (partitions are never removed)")
+            }
+            Self::ConfigDiffers { topic, name, have, asked } => write!(
+                f,
+                "{topic}: {name} is {}, {asked} asked; not changed (kafka-configs --alter --add-config {name}={asked})",
+                have.as_deref().unwrap_or("unset")
+            ),
+            Self::Unchanged { topic } => write!(f, "{topic}: as asked"),
+        }
+    }
+}
+
+/// What to do about an existing topic's partition count.
+pub fn plan_partitions(topic: &str, have: i32, asked: i32) -> Option<TopicChange> {
+    match have.cmp(&asked) {
+        std::cmp::Ordering::Less => Some(TopicChange::Grown { topic: topic.to_owned(), from: have, to: asked }),
+        std::cmp::Ordering::Greater => Some(TopicChange::KeptMorePartitions { topic: topic.to_owned(), have, asked }),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
+/// The asked settings an existing topic does not have.
+pub fn config_differences(
+    topic: &str,
+    asked: &[(&'static str, String)],
+    have: &HashMap<String, Option<String>>,
+) -> Vec<TopicChange> {
+    asked
+        .iter()
+        .filter(|(name, value)| have.get(*name).and_then(Option::as_deref) != Some(value.as_str()))
+        .map(|(name, value)| TopicChange::ConfigDiffers {
+            topic: topic.to_owned(),
+            name: (*name).to_owned(),
+            have: have.get(*name).cloned().flatten(),
+            asked: value.clone(),
+        })
+        .collect()
+}
+
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    #[error(
+        "{topic}: adding partitions ({from} -> {to}) failed: {error}; the broker may not support \
+         CreatePartitions: add them with its own tooling, or ask for {from}"
+    )]
+    CannotGrow { topic: String, from: i32, to: i32, error: KafkaError },
+}
+
+/// Creates `infer.<model>` and `infer.<model>.dlq` if they do not exist,
+/// grows the request topic to `settings.partitions`, and reports what it
+/// did and what differs (one line each, in order).
+pub async fn ensure_topics(
+    kafka: &KafkaConfig,
+    names: &Namespace,
+    model: &ModelName,
+    settings: TopicSettings,
+) -> Result<Vec<TopicChange>, TopicError> {
     let admin: AdminClient<DefaultClientContext> = kafka.client_config().create()?;
-    let max_bytes = settings.max_message_bytes().to_string();
-    let retention = DLQ_RETENTION_MS.to_string();
-    let (topic, dlq) = (model.topic(), model.dlq_topic());
-    let topics = [
-        NewTopic::new(&topic, settings.partitions, TopicReplication::Fixed(settings.replication))
-            .set("max.message.bytes", &max_bytes),
-        NewTopic::new(&dlq, 1, TopicReplication::Fixed(settings.replication))
-            .set("max.message.bytes", &max_bytes)
-            .set("retention.ms", &retention),
+    let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+    let (topic, dlq) = (names.topic(model), names.dlq_topic(model));
+    let (request_configs, dlq_configs) = (settings.request_configs(), settings.dlq_configs());
+    let wanted = [
+        new_topic(&topic, settings.partitions, &settings, &request_configs),
+        new_topic(&dlq, 1, &settings, &dlq_configs),
     ];
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for outcome in admin.create_topics(&topics, &options).await? {
+    let mut changes = Vec::new();
+    let mut existing = Vec::new();
+    for outcome in admin.create_topics(&wanted, &options).await? {
         match outcome {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Ok(name) => {
+                let partitions = if name == topic { settings.partitions } else { 1 };
+                changes.push(TopicChange::Created { topic: name, partitions });
+            }
+            Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => existing.push(name),
             Err((name, code)) => {
                 tracing::error!(topic = %name, error = %code, "topic creation failed");
-                return Err(KafkaError::AdminOp(code));
+                return Err(KafkaError::AdminOp(code).into());
             }
         }
     }
+    for name in existing {
+        let before = changes.len();
+        if name == topic {
+            let have = partition_count(kafka, &name).await?;
+            if let Some(change) = plan_partitions(&name, have, settings.partitions) {
+                if let TopicChange::Grown { from, to, .. } = change {
+                    grow(&admin, &name, to as usize, &options).await.map_err(|error| TopicError::CannotGrow {
+                        topic: name.clone(),
+                        from,
+                        to,
+                        error,
+                    })?;
+                }
+                changes.push(change);
+            }
+        }
+        let asked = if name == topic { &request_configs } else { &dlq_configs };
+        match topic_configs(&admin, &name, &options).await {
+            Ok(have) => changes.extend(config_differences(&name, asked, &have)),
+            // Reading configs needs DescribeConfigs rights a producer's
+            // credentials may lack: say so, do not fail the job.
+            Err(e) => tracing::warn!(topic = %name, error = %e, "could not read the topic's settings to compare"),
+        }
+        if changes.len() == before {
+            changes.push(TopicChange::Unchanged { topic: name });
+        }
+    }
+    Ok(changes)
+}
+
+fn new_topic<'a>(
+    name: &'a str,
+    partitions: i32,
+    settings: &TopicSettings,
+    configs: &'a [(&'static str, String)],
+) -> NewTopic<'a> {
+    configs.iter().fold(NewTopic::new(name, partitions, settings.replication()), |t, (k, v)| t.set(k, v))
+}
+
+async fn partition_count(kafka: &KafkaConfig, topic: &str) -> Result<i32, KafkaError> {
+    let (config, topic) = (kafka.client_config(), topic.to_owned());
+    // A metadata request blocks in librdkafka: off the async threads.
+    tokio::task::spawn_blocking(move || {
+        let client: BaseConsumer = config.create()?;
+        let metadata = client.fetch_metadata(Some(&topic), ADMIN_TIMEOUT)?;
+        match metadata.topics().iter().find(|t| t.name() == topic) {
+            Some(t) if t.error().is_none() => Ok(t.partitions().len() as i32),
+            _ => Err(KafkaError::AdminOp(RDKafkaErrorCode::UnknownTopicOrPartition)),
+        }
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
+}
+
+async fn grow(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    to: usize,
+    options: &AdminOptions,
+) -> Result<(), KafkaError> {
+    for outcome in admin.create_partitions(&[NewPartitions::new(topic, to)], options).await? {
+        if let Err((name, code)) = outcome {
+            tracing::error!(topic = %name, error = %code, "adding partitions failed");
+            return Err(KafkaError::AdminOp(code));
+        }
+    }
     Ok(())
+}
+
+async fn topic_configs(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    options: &AdminOptions,
+) -> Result<HashMap<String, Option<String>>, KafkaError> {
+    let results = admin.describe_configs(&[ResourceSpecifier::Topic(topic)], options).await?;
+    let resource = results.into_iter().next().ok_or(KafkaError::AdminOp(RDKafkaErrorCode::UnknownTopicOrPartition))?;
+    let resource = resource.map_err(KafkaError::AdminOp)?;
+    Ok(resource.entries.into_iter().map(|e| (e.name, e.value)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_grow_and_are_never_removed() {
+        assert_eq!(plan_partitions("t", 4, 8), Some(TopicChange::Grown { topic: "t".into(), from: 4, to: 8 }));
+        assert_eq!(
+            plan_partitions("t", 8, 4),
+            Some(TopicChange::KeptMorePartitions { topic: "t".into(), have: 8, asked: 4 })
+        );
+        assert_eq!(plan_partitions("t", 8, 8), None);
+    }
+
+    #[test]
+    fn the_broker_decides_what_is_not_asked() {
+        let settings = TopicSettings::default();
+        assert_eq!(settings.replication_factor, None);
+        let names: Vec<_> = settings.request_configs().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(names, ["max.message.bytes"]);
+        let asked = TopicSettings { min_insync_replicas: Some(2), retention_ms: Some(3_600_000), ..settings };
+        assert_eq!(
+            asked.request_configs(),
+            [
+                ("max.message.bytes", asked.max_message_bytes().to_string()),
+                ("min.insync.replicas", "2".into()),
+                ("retention.ms", "3600000".into())
+            ]
+        );
+        assert!(asked.dlq_configs().contains(&("retention.ms", DLQ_RETENTION_MS.to_string())));
+    }
+
+    #[test]
+    fn only_differing_settings_are_reported() {
+        let asked = [("retention.ms", "100".to_owned()), ("min.insync.replicas", "2".to_owned())];
+        let have: HashMap<String, Option<String>> =
+            [("retention.ms".to_owned(), Some("100".to_owned())), ("min.insync.replicas".to_owned(), Some("1".into()))]
+                .into();
+        let differs = config_differences("t", &asked, &have);
+        assert_eq!(
+            differs,
+            [TopicChange::ConfigDiffers {
+                topic: "t".into(),
+                name: "min.insync.replicas".into(),
+                have: Some("1".into()),
+                asked: "2".into()
+            }]
+        );
+        assert!(differs[0].to_string().contains("not changed"));
+    }
 }

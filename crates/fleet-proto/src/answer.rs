@@ -1,4 +1,4 @@
-//! The answer JSON a worker writes into `fleet:result:<id>` (one hash field
+//! The answer JSON a worker writes into `fleet:result:{<id>}` (one hash field
 //! per model). Clients in any language read it, so its shape and the error
 //! codes are a contract: codes are stable snake_case words, never free text.
 
@@ -47,6 +47,17 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    pub const ALL: [Self; 8] = [
+        Self::BadRequest,
+        Self::DecodeFailed,
+        Self::UnsupportedFormat,
+        Self::EmptyInput,
+        Self::TextTooLong,
+        Self::ImageTooLarge,
+        Self::ModelFailed,
+        Self::InternalError,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::BadRequest => "bad_request",
@@ -127,6 +138,28 @@ impl Answer {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Its position in `ErrorCode::ALL`; adding a code fails to compile
+    /// here until it is listed.
+    fn position(code: ErrorCode) -> usize {
+        match code {
+            ErrorCode::BadRequest => 0,
+            ErrorCode::DecodeFailed => 1,
+            ErrorCode::UnsupportedFormat => 2,
+            ErrorCode::EmptyInput => 3,
+            ErrorCode::TextTooLong => 4,
+            ErrorCode::ImageTooLarge => 5,
+            ErrorCode::ModelFailed => 6,
+            ErrorCode::InternalError => 7,
+        }
+    }
+
+    #[test]
+    fn all_lists_every_code_once() {
+        for (i, code) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(position(code), i, "{code}");
+        }
+    }
 
     #[test]
     fn ok_answer_has_the_documented_shape() {

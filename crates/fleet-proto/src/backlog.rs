@@ -10,8 +10,6 @@
 //! working on, and drain = answers it wrote per second lately. A value
 //! without the third field (an older worker) has no drain rate.
 
-use crate::keys::{ModelName, REDIS_PREFIX};
-
 /// How long a worker's report counts. Workers report every second.
 pub const MAX_REPORT_AGE_MS: u64 = 5_000;
 
@@ -24,10 +22,6 @@ pub const STALE_REPORT_AGE_MS: u64 = 120_000;
 /// fleet's speed: it is idle, starting, or stalled. No wait is predicted
 /// from it.
 pub const MIN_DRAIN_PER_S: f64 = 0.5;
-
-pub fn backlog_key(model: &ModelName) -> String {
-    format!("{REDIS_PREFIX}backlog:{model}")
-}
 
 pub fn encode(backlog: u64, now_ms: u64, drain_per_s: f64) -> String {
     format!("{backlog} {now_ms} {drain_per_s:.2}")
@@ -144,7 +138,6 @@ mod tests {
         assert_eq!(fresh_total(reports.iter().map(String::as_str), now), Some(12));
         assert_eq!(fresh_total([encode(3, 1, 1.0).as_str()], now), None);
         assert_eq!(fresh_total([], now), None);
-        assert_eq!(backlog_key(&ModelName::parse("minilm").unwrap()), "fleet:backlog:minilm");
     }
 
     #[test]

@@ -22,6 +22,6 @@ pub mod rerank;
 pub use answer::{Answer, ErrorCode, ErrorInfo, Status, Timings};
 pub use content_type::ContentType;
 pub use envelope::{Envelope, Rejection};
-pub use keys::ModelName;
+pub use keys::{ModelName, Namespace};
 pub use request_id::RequestId;
 pub use rerank::RerankRequest;

@@ -6,7 +6,7 @@ pub mod raw;
 
 use fleet_producer::topics::{ensure_topics, TopicSettings};
 use fleet_producer::KafkaConfig;
-use fleet_proto::ModelName;
+use fleet_proto::{ModelName, Namespace};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -163,8 +163,13 @@ impl Broker {
 
     /// `infer.<model>` with `partitions` and its DLQ, as setup makes them.
     pub async fn create_topics(&self, model: &ModelName, partitions: i32) {
+        self.create_topics_in(&Namespace::default(), model, partitions).await;
+    }
+
+    /// The same under the topic prefix of `names`.
+    pub async fn create_topics_in(&self, names: &Namespace, model: &ModelName, partitions: i32) {
         let settings = TopicSettings { partitions, ..TopicSettings::default() };
-        ensure_topics(&self.kafka(), model, settings).await.expect("creating topics");
+        ensure_topics(&self.kafka(), names, model, settings).await.expect("creating topics");
     }
 }
 
@@ -230,7 +235,10 @@ impl Redis {
 
     /// With extra redis.conf lines (ACL users, for instance).
     pub fn start_with_config(extra: &str) -> Self {
-        let port = free_port();
+        Self::start_on(free_port(), extra)
+    }
+
+    fn start_on(port: u16, extra: &str) -> Self {
         let conf = std::env::temp_dir().join(format!("fleet-redis-{port}.conf"));
         let body = format!("port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\n{extra}\n");
         std::fs::write(&conf, body).expect("redis.conf");
@@ -259,6 +267,61 @@ impl Redis {
 
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.expect("redis connection")
+    }
+}
+
+/// A Redis Cluster of `masters` redis-server processes on free ports,
+/// every slot assigned (`redis-cli --cluster create`, no replicas), as
+/// ElastiCache or Memorystore in cluster mode present it.
+pub struct RedisCluster {
+    pub nodes: Vec<Redis>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> Self {
+        let nodes: Vec<Redis> = (0..masters)
+            .map(|_| {
+                let port = free_port();
+                let state = std::env::temp_dir().join(format!("fleet-redis-nodes-{port}.conf"));
+                let _ = std::fs::remove_file(&state);
+                let extra = format!("cluster-enabled yes\ncluster-config-file {}\n", state.display());
+                Redis::start_on(port, &extra)
+            })
+            .collect();
+        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("running redis-cli --cluster create (run make setup)");
+        assert!(output.status.success(), "redis-cli --cluster create: {}", String::from_utf8_lossy(&output.stdout));
+        let cluster = Self { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// Every node says `cluster_state:ok` (all slots served, gossip settled).
+    fn wait_until_ok(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for node in &self.nodes {
+            loop {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &node.port.to_string(), "cluster", "info"])
+                    .output()
+                    .expect("redis-cli cluster info");
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "the cluster on port {} never became ok", node.port);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// One URL per node (any is a seed for the cluster client).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Redis::url).collect()
     }
 }
 

@@ -9,10 +9,11 @@
 //! label, set once here, not at each call site. A leaf: the label values
 //! of labelled series are given by their owners (`SeriesLabels`).
 
-use fleet_proto::Status;
+use fleet_proto::{ErrorCode, Status};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS_TOTAL: &str = "fleet_requests_total";
+pub const ERRORS_TOTAL: &str = "fleet_errors_total";
 pub const TTL_DROPPED_TOTAL: &str = "fleet_ttl_dropped_total";
 pub const DLQ_TOTAL: &str = "fleet_dlq_total";
 pub const QUEUE_DEPTH: &str = "fleet_queue_depth";
@@ -106,6 +107,7 @@ pub struct SeriesLabels {
 pub fn register(labels: &SeriesLabels) {
     use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
     describe_counter!(REQUESTS_TOTAL, "Answers written, by status (ok, error, expired)");
+    describe_counter!(ERRORS_TOTAL, "Error answers written, by error code");
     describe_counter!(TTL_DROPPED_TOTAL, "Requests answered expired without being computed");
     describe_counter!(DLQ_TOTAL, "Messages copied to the dead-letter topic, by reason");
     describe_gauge!(QUEUE_DEPTH, "Messages read and not yet answered");
@@ -154,6 +156,9 @@ pub fn register(labels: &SeriesLabels) {
 
     for status in [Status::Ok, Status::Error, Status::Expired] {
         counter!(REQUESTS_TOTAL, "status" => status.as_str()).absolute(0);
+    }
+    for code in ErrorCode::ALL {
+        counter!(ERRORS_TOTAL, "code" => code.as_str()).absolute(0);
     }
     for &reason in labels.dlq_reasons {
         counter!(DLQ_TOTAL, "reason" => reason).absolute(0);

@@ -54,6 +54,7 @@ const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 const REPORTER_STOP_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<()> {
+    let names = args.namespace.namespace()?;
     let device = choose_device(args.device)?;
     // Once, before any libtorch work: batches run one at a time on the
     // engine thread, each parallel inside (intra-op threads).
@@ -84,13 +85,13 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         kafka.set("max.partition.fetch.bytes", "20971520");
     }
     let ttl = &version.config.ttl;
-    let redis = args.redis.client()?;
-    let results = ResultSink::connect(redis.clone(), ttl.result_ttl_s, ttl.feature_ttl_s)
+    let redis = args.redis.target()?;
+    let results = ResultSink::connect(&redis, names.clone(), ttl.result_ttl_s, ttl.feature_ttl_s)
         .await
         .with_context(|| format!("connecting to Redis at {}", args.redis.redacted_url()))?;
-    let cache = FeatureCache::connect(redis.clone(), args.model.clone(), version.config.task.tag()).await?;
-    let dead_letters = DeadLetters::new(&kafka, args.model.dlq_topic(), args.model.topic())?;
-    let backlog = BacklogPublisher::connect(redis, &args.model, args.worker_id()).await?;
+    let cache = FeatureCache::connect(&redis, names.clone(), args.model.clone(), version.config.task.tag()).await?;
+    let dead_letters = DeadLetters::new(&kafka, names.dlq_topic(&args.model), names.topic(&args.model))?;
+    let backlog = BacklogPublisher::connect(&redis, names.backlog_key(&args.model), args.worker_id()).await?;
 
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
     let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
@@ -108,6 +109,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
 
     let engine = EngineStage {
         model: args.model.clone(),
+        namespace: names.clone(),
         threads: ctx.threads,
         busy_us: busy_us.clone(),
         serving: serving.clone(),
@@ -139,8 +141,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let (source, inbox) = Source::subscribe(
         kafka,
         ledger.clone(),
-        &args.model.consumer_group(),
-        &args.model.topic(),
+        &names.consumer_group(&args.model),
+        &names.topic(&args.model),
         args.prefetch_kbytes,
     )?;
     let source = Arc::new(source);

@@ -7,7 +7,7 @@ mod common;
 use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::ResultClient;
 use fleet_proto::clock::now_ms;
-use fleet_proto::{headers as h, ContentType, Envelope, ErrorCode, ModelName, RequestId, Status};
+use fleet_proto::{headers as h, ContentType, Envelope, ErrorCode, ModelName, Namespace, RequestId, Status};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -79,7 +79,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
     cases.push(case("good-after", |_| {}, b"The worker still serves after bad input."));
 
     let producer: FutureProducer = broker.kafka().client_config().create().unwrap();
-    let topic = model.topic();
+    let topic = Namespace::default().topic(&model);
     for c in &cases {
         let headers =
             c.headers.iter().fold(OwnedHeaders::new(), |hs, (k, v)| hs.insert(Header { key: k, value: Some(v) }));
@@ -110,7 +110,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap();
-    dlq.subscribe(&[&model.dlq_topic()]).unwrap();
+    dlq.subscribe(&[&Namespace::default().dlq_topic(&model)]).unwrap();
     let letter = tokio::time::timeout(Duration::from_secs(30), dlq.recv()).await.expect("no dead letter").unwrap();
     assert_eq!(letter.payload(), Some(&b"who am I"[..]));
     let reason = letter.headers().and_then(|hs| hs.iter().find(|hd| hd.key == h::DLQ_REASON)).and_then(|hd| hd.value);
@@ -122,7 +122,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         1.0
     );
     assert_eq!(metric_value(&scrape, "fleet_ttl_dropped_total", &[("model", "minilm")]), 1.0);
-    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &topic, 2).await;
+    let offsets = wait_for_commits_at_end(&broker, &Namespace::default().consumer_group(&model), &topic, 2).await;
     assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
     assert_eq!(offsets.iter().map(|(_, high)| high).sum::<i64>(), cases.len() as i64);
     assert!(worker.stop().success());

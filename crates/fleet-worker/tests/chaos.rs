@@ -15,7 +15,7 @@ mod common;
 use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{headers as h, keys, Answer, ContentType, Envelope, ModelName, RequestId, Status};
+use fleet_proto::{headers as h, Answer, ContentType, Envelope, ModelName, Namespace, RequestId, Status};
 use fleet_testkit::raw::{self, RawRecord};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -195,7 +195,7 @@ async fn dead_letters(broker: &Broker, count: usize, timeout: Duration) -> Vec<L
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap();
-    reader.subscribe(&[&minilm().dlq_topic()]).unwrap();
+    reader.subscribe(&[&Namespace::default().dlq_topic(&minilm())]).unwrap();
     let deadline = Instant::now() + timeout;
     let mut letters = Vec::new();
     while letters.len() < count {
@@ -235,7 +235,7 @@ async fn assert_alive_and_healthy(worker: &mut Worker) {
 async fn each_malformed_message_ends_as_its_own_answer_or_dead_letter() {
     let _serial = serial().await;
     let Fleet { broker, redis, mut worker } = start_fleet(2, Redis::start(), &[]).await;
-    let topic = minilm().topic();
+    let topic = Namespace::default().topic(&minilm());
     let cases = malformed_cases();
     let mut good_ids = Vec::new();
     for (n, (bad, _)) in cases.iter().enumerate() {
@@ -276,7 +276,7 @@ async fn each_malformed_message_ends_as_its_own_answer_or_dead_letter() {
         assert!(source.starts_with("infer.minilm:"), "{source}");
     }
     // Every message ended one way: the group's offsets reach the end.
-    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &topic, 2).await;
+    let offsets = wait_for_commits_at_end(&broker, &Namespace::default().consumer_group(&minilm()), &topic, 2).await;
     assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
     assert_alive_and_healthy(&mut worker).await;
     let scrape = worker.scrape().await;
@@ -292,8 +292,18 @@ async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batc
     // Any client with the fleet's ACL could write these.
     let (result_taken, ready_taken) =
         (RequestId::parse("taken-result").unwrap(), RequestId::parse("taken-ready").unwrap());
-    let _: () = redis::cmd("SET").arg(keys::result_key(&result_taken)).arg("x").query_async(&mut conn).await.unwrap();
-    let _: () = redis::cmd("SET").arg(keys::ready_key(&ready_taken)).arg("x").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(Namespace::default().result_key(&result_taken))
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(Namespace::default().ready_key(&ready_taken))
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     // One batch: good rows around the two bad ones.
     let producer = FleetProducer::new(&broker.kafka(), "chaos").unwrap();
     let mut ids = Vec::new();
@@ -324,9 +334,16 @@ async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batc
         assert!(String::from_utf8_lossy(&letter.headers[h::DLQ_DETAIL]).contains("WRONGTYPE"));
     }
     // Nothing half-written under the taken keys.
-    let kind: String = redis::cmd("TYPE").arg(keys::result_key(&ready_taken)).query_async(&mut conn).await.unwrap();
+    let kind: String =
+        redis::cmd("TYPE").arg(Namespace::default().result_key(&ready_taken)).query_async(&mut conn).await.unwrap();
     assert_eq!(kind, "none", "no hash field nobody is woken for");
-    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &minilm().topic(), 1).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&minilm()),
+        &Namespace::default().topic(&minilm()),
+        1,
+    )
+    .await;
     assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
     assert_alive_and_healthy(&mut worker).await;
     let scrape = worker.scrape().await;
@@ -337,7 +354,7 @@ async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batc
 async fn shrink_dlq(broker: &Broker, max_bytes: u64) {
     let admin: AdminClient<DefaultClientContext> = broker.kafka().client_config().create().unwrap();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let dlq = minilm().dlq_topic();
+    let dlq = Namespace::default().dlq_topic(&minilm());
     admin.delete_topics(&[&dlq], &options).await.unwrap();
     let limit = max_bytes.to_string();
     let topic = NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", &limit);
@@ -360,7 +377,7 @@ fn anonymous(marker: &str, payload_bytes: usize) -> RawRecord {
 async fn a_dead_letter_too_large_for_its_topic_is_sent_stripped_or_kept_locally() {
     let _serial = serial().await;
     let Fleet { broker, redis, mut worker } = start_fleet(1, Redis::start(), &[]).await;
-    let topic = minilm().topic();
+    let topic = Namespace::default().topic(&minilm());
     // 4 KiB: the reason fits, a 64 KiB original does not.
     shrink_dlq(&broker, 4096).await;
     let records = [good("size-before"), anonymous("too big for the DLQ", 64 * 1024), good("size-after")];
@@ -381,7 +398,7 @@ async fn a_dead_letter_too_large_for_its_topic_is_sent_stripped_or_kept_locally(
     let entries: Vec<serde_json::Value> = serde_json::from_str(&record).unwrap();
     assert_eq!(entries.len(), 1, "{record}");
     assert_eq!(entries[0]["reason"], "unreadable_request_id");
-    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &topic, 1).await;
+    let offsets = wait_for_commits_at_end(&broker, &Namespace::default().consumer_group(&minilm()), &topic, 1).await;
     assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
     assert_alive_and_healthy(&mut worker).await;
 }
@@ -390,10 +407,10 @@ async fn a_dead_letter_too_large_for_its_topic_is_sent_stripped_or_kept_locally(
 async fn a_missing_dlq_topic_stops_reading_and_says_so_until_it_is_back() {
     let _serial = serial().await;
     let Fleet { broker, redis, mut worker } = start_fleet(1, Redis::start(), &[]).await;
-    let topic = minilm().topic();
+    let topic = Namespace::default().topic(&minilm());
     let admin: AdminClient<DefaultClientContext> = broker.kafka().client_config().create().unwrap();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    admin.delete_topics(&[&minilm().dlq_topic()], &options).await.unwrap();
+    admin.delete_topics(&[&Namespace::default().dlq_topic(&minilm())], &options).await.unwrap();
     let records = [good("dlq-gone-before"), anonymous("the DLQ is gone", 10), good("dlq-gone-after")];
     raw::produce(&broker.kafka().client_config(), &topic, &records).unwrap();
     let ids = ["dlq-gone-before".to_owned()];
@@ -500,7 +517,13 @@ async fn sigterm_during_a_redis_outage_exits_within_the_drain_timeout() {
     let all: Vec<String> = before.iter().chain(&during).cloned().collect();
     let answered = answers_of(&redis.url(), &all, Duration::from_secs(90)).await;
     assert!(answered.values().all(|a| a.status == Status::Ok));
-    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &minilm().topic(), 2).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&minilm()),
+        &Namespace::default().topic(&minilm()),
+        2,
+    )
+    .await;
     assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
 }
 
@@ -511,13 +534,13 @@ async fn come_and_go(broker: &Broker, hold: Duration) {
     let member: StreamConsumer = broker
         .kafka()
         .client_config()
-        .set("group.id", minilm().consumer_group())
+        .set("group.id", Namespace::default().consumer_group(&minilm()))
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("enable.auto.commit", "false")
         .set("session.timeout.ms", "6000")
         .create()
         .unwrap();
-    member.subscribe(&[&minilm().topic()]).unwrap();
+    member.subscribe(&[&Namespace::default().topic(&minilm())]).unwrap();
     // Polling serves the group protocol; messages it fetches are dropped
     // uncommitted (the workers read them again).
     let _ = tokio::time::timeout(hold, async {
@@ -569,7 +592,13 @@ async fn a_member_joining_and_leaving_every_two_seconds_loses_no_answer() {
         answered += 1;
     }
     let ids: Vec<()> = vec![(); answered];
-    let offsets = wait_for_commits_at_end(&broker, &minilm().consumer_group(), &minilm().topic(), 4).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&minilm()),
+        &Namespace::default().topic(&minilm()),
+        4,
+    )
+    .await;
     assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
     let scrape = worker.scrape().await;
     let computed = metric_value(&scrape, "fleet_model_rows_total", &[("model", "minilm")]);

@@ -7,7 +7,7 @@ mod common;
 
 use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient, SendError};
-use fleet_proto::{ContentType, ErrorCode, ModelName, RequestId, Status};
+use fleet_proto::{ContentType, ErrorCode, ModelName, Namespace, RequestId, Status};
 use fleet_worker::stages::engine::labels::{load_labels, top_k};
 use fleet_worker::stages::engine::torch::ImageModule;
 use fleet_worker::versions::repository;
@@ -130,7 +130,13 @@ async fn photos_are_classified_and_bad_images_answered_with_their_code() {
     let scrape = worker.scrape().await;
     assert_eq!(metric_value(&scrape, "fleet_model_rows_total", &[("model", "efficientnet_lite0")]), 3.0);
     assert_eq!(metric_value(&scrape, "fleet_image_decode_bytes_in_use", &[]), 0.0, "every reservation returned");
-    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &model.topic(), 2).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&model),
+        &Namespace::default().topic(&model),
+        2,
+    )
+    .await;
     assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
     assert!(worker.stop().success());
 }

@@ -75,9 +75,14 @@ async fn a_tls_listener_takes_trusting_clients_and_refuses_the_others_fast() {
     let mut kafka = broker.kafka();
     kafka.extra = tls(&certs.ca).properties().unwrap();
     let model = fleet_proto::ModelName::parse("minilm").unwrap();
-    fleet_producer::topics::ensure_topics(&kafka, &model, fleet_producer::topics::TopicSettings::default())
-        .await
-        .expect("topics over TLS");
+    fleet_producer::topics::ensure_topics(
+        &kafka,
+        &fleet_proto::Namespace::default(),
+        &model,
+        fleet_producer::topics::TopicSettings::default(),
+    )
+    .await
+    .expect("topics over TLS");
     let producer = fleet_producer::FleetProducer::new(&kafka, "tests").unwrap();
     let id = fleet_proto::RequestId::parse("over-tls").unwrap();
     let delivery = producer.send(&model, &fleet_producer::Request::text(id, "sent over TLS")).await.unwrap();

@@ -7,7 +7,7 @@ mod common;
 
 use common::{metric_value, serial, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{keys, Answer, ModelName, RequestId, Status};
+use fleet_proto::{Answer, ModelName, Namespace, RequestId, Status};
 use redis::AsyncCommands;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -77,7 +77,7 @@ async fn answers(redis: &Redis, ids: &[RequestId]) -> Vec<Answer> {
             assert!(Instant::now() < deadline, "{id} was never answered");
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let writes: usize = conn.llen(keys::ready_key(id)).await.unwrap();
+        let writes: usize = conn.llen(Namespace::default().ready_key(id)).await.unwrap();
         assert_eq!(writes, 1, "{id} was answered {writes} times");
         out.push(answer);
     }

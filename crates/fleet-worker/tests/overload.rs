@@ -7,7 +7,7 @@ mod common;
 use common::{ledger, metric_value, send_texts, sentences, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{BacklogGuard, FleetProducer, Overloaded, Request, SendError};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{ModelName, RequestId};
+use fleet_proto::{ModelName, Namespace, RequestId};
 use std::time::{Duration, Instant};
 
 fn minilm() -> ModelName {
@@ -149,7 +149,13 @@ async fn a_worker_killed_mid_batch_loses_nothing_after_restart() {
     let second = Worker::start("minilm", &broker, &redis, &[]);
     let counts = ledger(&redis, &model, &ids, Duration::from_secs(180)).await;
     assert_eq!(counts.get("ok"), Some(&ids.len()), "{counts:?}");
-    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &model.topic(), 4).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&model),
+        &Namespace::default().topic(&model),
+        4,
+    )
+    .await;
     assert!(offsets.iter().all(|(c, h)| c == h), "{offsets:?}");
     drop(second);
 }
@@ -173,7 +179,13 @@ async fn when_one_of_two_workers_stops_mid_stream_the_other_closes_the_ledger() 
     assert_eq!(counts.get("ok"), Some(&500), "{counts:?}");
     assert_eq!(counts.get("error"), Some(&1), "{counts:?}");
     assert_eq!(counts.values().sum::<usize>(), ids.len(), "sent = ok + error + expired");
-    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &model.topic(), 8).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&model),
+        &Namespace::default().topic(&model),
+        8,
+    )
+    .await;
     assert!(offsets.iter().all(|(c, h)| c == h), "{offsets:?}");
     drop(staying);
 }

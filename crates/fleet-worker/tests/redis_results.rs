@@ -5,7 +5,7 @@ mod common;
 
 use common::{ledger, metric_value, send_texts, sentences, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{ResultClient, ResultError};
-use fleet_proto::{keys, ModelName, RequestId, Status};
+use fleet_proto::{ModelName, Namespace, RequestId, Status};
 use redis::AsyncCommands;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -68,7 +68,7 @@ async fn a_repeated_input_is_computed_once_and_a_version_bump_uses_new_keys() {
 
     // The answers carry the version's result TTL, the feature its feature TTL.
     let mut conn = redis.connection().await;
-    let result_ttl: i64 = conn.ttl(keys::result_key(&again[0])).await.unwrap();
+    let result_ttl: i64 = conn.ttl(Namespace::default().result_key(&again[0])).await.unwrap();
     assert!((1..=20).contains(&result_ttl), "result TTL {result_ttl}");
     let v1_keys = keys_matching(&redis, "fleet:feat:minilm:1:*").await;
     assert_eq!(v1_keys.len(), 1, "{v1_keys:?}");
@@ -107,8 +107,8 @@ async fn wait_returns_when_the_last_part_lands_and_times_out_cleanly() {
             r#"{{"status":"ok","model":"{model}","version":1,"output":{{}},"timings_ms":{{"queue":0,"infer":0,"total":0}}}}"#
         )
     };
-    let _: () = conn.hset(keys::result_key(&id), "effnet", answer("effnet")).await.unwrap();
-    let _: () = conn.rpush(keys::ready_key(&id), "effnet").await.unwrap();
+    let _: () = conn.hset(Namespace::default().result_key(&id), "effnet", answer("effnet")).await.unwrap();
+    let _: () = conn.rpush(Namespace::default().ready_key(&id), "effnet").await.unwrap();
 
     // Only one part is in: the error names the missing one.
     let started = Instant::now();
@@ -127,8 +127,8 @@ async fn wait_returns_when_the_last_part_lands_and_times_out_cleanly() {
     let writer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut conn = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
-        let _: () = conn.hset(keys::result_key(&id2), "minilm", late).await.unwrap();
-        let _: () = conn.rpush(keys::ready_key(&id2), "minilm").await.unwrap();
+        let _: () = conn.hset(Namespace::default().result_key(&id2), "minilm", late).await.unwrap();
+        let _: () = conn.rpush(Namespace::default().ready_key(&id2), "minilm").await.unwrap();
     });
     let started = Instant::now();
     let answers = results.wait(&id, &models, Duration::from_secs(20)).await.unwrap();
@@ -139,7 +139,7 @@ async fn wait_returns_when_the_last_part_lands_and_times_out_cleanly() {
     // Many at once over one connection: each id gets its own outcome, the
     // complete ones their answers, the incomplete one its timeout.
     let other = RequestId::parse("one-part").unwrap();
-    let _: () = conn.hset(keys::result_key(&other), "minilm", answer("minilm")).await.unwrap();
+    let _: () = conn.hset(Namespace::default().result_key(&other), "minilm", answer("minilm")).await.unwrap();
     let never = RequestId::parse("never-answered").unwrap();
     let outcomes =
         results.wait_all(&[id.clone(), never.clone(), other.clone()], &models, Duration::from_millis(500)).await;
@@ -193,7 +193,13 @@ async fn outage(kill_during_outage: bool) {
     }
     let counts = ledger(&redis, &model, &ids, Duration::from_secs(180)).await;
     assert_eq!(counts.get("ok"), Some(&ids.len()), "{counts:?}");
-    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &model.topic(), 4).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&model),
+        &Namespace::default().topic(&model),
+        4,
+    )
+    .await;
     assert!(offsets.iter().all(|(c, h)| c == h), "{offsets:?}");
     assert!(worker.stop().success());
 }
@@ -208,37 +214,4 @@ async fn a_ten_second_redis_outage_loses_nothing() {
 async fn a_worker_killed_during_a_redis_outage_left_no_commit_past_an_unwritten_answer() {
     let _serial = serial().await;
     outage(true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_fleet_runs_as_an_acl_user_confined_to_its_key_prefix() {
-    let _serial = serial().await;
-    // The ACL line docs/operations.md recommends; the default user is off.
-    let redis = Redis::start_with_config("user default off\nuser fleet on >s3cret ~fleet:* +@all -@dangerous");
-    let (broker, model) = (Broker::start(), minilm());
-    broker.create_topics(&model, 2).await;
-    let url = format!("redis://fleet:s3cret@127.0.0.1:{}", redis.port);
-    let worker = Worker::start("minilm", &broker, &redis, &["--redis", &url]);
-    worker.wait_until_serving(2).await;
-    let text = vec!["Access control lists confine the fleet.".to_owned()];
-    let results = ResultClient::connect(&url).await.unwrap();
-    let mut ids = Vec::new();
-    for round in ["acl-first", "acl-again"] {
-        let id = send_texts(&broker, &model, round, &text, None).await.remove(0);
-        let answers = results.wait(&id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
-        assert_eq!(answers["minilm"].status, Status::Ok);
-        ids.push(id);
-    }
-    // The second identical text was a cache hit: the cache works under the ACL too.
-    let hits = worker
-        .wait_for_metric("fleet_feature_cache_hits_total", &[("model", "minilm")], 1.0, Duration::from_secs(5))
-        .await;
-    assert_eq!(hits, 1.0);
-    // Without the password nothing is readable.
-    let anonymous = ResultClient::connect(&format!("redis://127.0.0.1:{}", redis.port)).await;
-    let denied = match anonymous {
-        Ok(client) => client.poll(&ids[0]).await.is_err(),
-        Err(_) => true,
-    };
-    assert!(denied, "the default user could read answers");
 }

@@ -9,7 +9,7 @@ mod common;
 use common::{send_texts, sentences, serial, Broker, Worker};
 use fleet_connect::redis::RedisConfig;
 use fleet_producer::ResultClient;
-use fleet_proto::{ModelName, Status};
+use fleet_proto::{ModelName, Namespace, Status};
 use fleet_testkit::{Redis, TestCertificates};
 use std::time::{Duration, Instant};
 
@@ -19,14 +19,17 @@ fn mutual_tls(url: &str, certs: &TestCertificates) -> RedisConfig {
         redis_ca_file: Some(certs.ca.clone()),
         redis_client_cert: Some(certs.client_cert.clone()),
         redis_client_key: Some(certs.client_key.clone()),
+        redis_cluster: false,
     }
 }
 
 /// Connecting must fail, and within a few seconds.
 async fn refused(config: &RedisConfig) -> String {
     let started = Instant::now();
-    let outcome = match config.client() {
-        Ok(client) => ResultClient::connect_client(client).await.map(drop).map_err(|e| e.to_string()),
+    let outcome = match config.target() {
+        Ok(target) => {
+            ResultClient::connect_to(&target, Namespace::default()).await.map(drop).map_err(|e| e.to_string())
+        }
         Err(e) => Err(e.to_string()),
     };
     let error = outcome.expect_err("connected although it should not");
@@ -54,7 +57,8 @@ async fn answers_travel_over_mutual_tls_and_bad_credentials_fail_fast() {
     worker.wait_until_serving(2).await;
 
     let ids = send_texts(&broker, &model, "tls", &sentences()[..20], None).await;
-    let results = ResultClient::connect_client(mutual_tls(&url, &certs).client().unwrap()).await.unwrap();
+    let results =
+        ResultClient::connect_to(&mutual_tls(&url, &certs).target().unwrap(), Namespace::default()).await.unwrap();
     for id in &ids {
         let answers = results.wait(id, std::slice::from_ref(&model), Duration::from_secs(60)).await.unwrap();
         assert_eq!(answers["minilm"].status, Status::Ok, "{id}");

@@ -6,7 +6,7 @@ mod common;
 use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::summary::cosine;
 use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{keys, ModelName, RequestId, Status};
+use fleet_proto::{ModelName, Namespace, RequestId, Status};
 use futures::future::join_all;
 use redis::AsyncCommands;
 use std::time::{Duration, Instant};
@@ -72,9 +72,9 @@ async fn every_request_gets_exactly_one_ok_answer_that_matches_python() {
         let cos = cosine(&embedding, &item.embedding);
         worst = worst.min(cos);
         assert!(cos >= 0.9999, "{id}: cosine {cos} against the Python reference for {:?}", item.text);
-        let fields: usize = conn.hlen(keys::result_key(id)).await.unwrap();
+        let fields: usize = conn.hlen(Namespace::default().result_key(id)).await.unwrap();
         assert_eq!(fields, 1, "{id} has {fields} answers");
-        let ttl: i64 = conn.ttl(keys::result_key(id)).await.unwrap();
+        let ttl: i64 = conn.ttl(Namespace::default().result_key(id)).await.unwrap();
         assert!((1..=30).contains(&ttl), "{id}: result TTL {ttl}");
     }
     eprintln!("worst cosine against the Python reference: {worst}");
@@ -92,7 +92,13 @@ async fn every_request_gets_exactly_one_ok_answer_that_matches_python() {
     }
     assert_eq!(ok, expected, "fleet_requests_total{{status=ok}}");
 
-    let offsets = wait_for_commits_at_end(&broker, &model.consumer_group(), &model.topic(), 8).await;
+    let offsets = wait_for_commits_at_end(
+        &broker,
+        &Namespace::default().consumer_group(&model),
+        &Namespace::default().topic(&model),
+        8,
+    )
+    .await;
     assert!(offsets.iter().all(|(committed, high)| committed == high), "committed vs high watermark: {offsets:?}");
     assert_eq!(offsets.iter().map(|(_, high)| high).sum::<i64>(), reference.len() as i64);
     assert!(worker.stop().success(), "worker did not exit cleanly on SIGTERM");

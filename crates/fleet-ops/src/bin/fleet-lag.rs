@@ -13,6 +13,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use fleet_connect::kafka::KafkaArgs;
+use fleet_connect::namespace::NamespaceArgs;
 use fleet_ops::endpoints::{self, Checks};
 use fleet_ops::hpa::{self, HpaSpec};
 use fleet_ops::probe;
@@ -61,6 +62,8 @@ fn check_kafka(kafka: &KafkaArgs) -> Result<()> {
 struct ServeArgs {
     #[command(flatten)]
     kafka: KafkaArgs,
+    #[command(flatten)]
+    namespace: NamespaceArgs,
     /// Models to watch (repeatable, or comma-separated in FLEET_LAG_MODELS).
     #[arg(long = "model", env = "FLEET_LAG_MODELS", value_delimiter = ',', required = true)]
     models: Vec<ModelName>,
@@ -76,6 +79,8 @@ struct ServeArgs {
 struct RecordArgs {
     #[command(flatten)]
     kafka: KafkaArgs,
+    #[command(flatten)]
+    namespace: NamespaceArgs,
     #[arg(long)]
     model: ModelName,
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
@@ -128,11 +133,12 @@ async fn main() -> Result<()> {
 async fn serve(args: ServeArgs) -> Result<()> {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     probe::describe();
+    let names = args.namespace.namespace()?;
     check_kafka(&args.kafka)?;
     let watched: Vec<(ModelName, Arc<BaseConsumer>)> = args
         .models
         .iter()
-        .map(|model| Ok((model.clone(), Arc::new(offsets_consumer(&args.kafka, &model.consumer_group())?))))
+        .map(|model| Ok((model.clone(), Arc::new(offsets_consumer(&args.kafka, &names.consumer_group(model))?))))
         .collect::<Result<_>>()?;
     // Ready while every model was measured within three intervals.
     let last_success = Arc::new(AtomicU64::new(0));
@@ -161,7 +167,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
         let mut complete = true;
         for (model, consumer) in &watched {
-            let (consumer, group, topic) = (consumer.clone(), model.consumer_group(), model.topic());
+            let (consumer, group, topic) = (consumer.clone(), names.consumer_group(model), names.topic(model));
             let timeout = args.interval.max(Duration::from_secs(1));
             let measured =
                 tokio::task::spawn_blocking(move || probe::measure(consumer.as_ref(), &group, &topic, timeout)).await?;
@@ -180,8 +186,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
 }
 
 async fn record(args: RecordArgs) -> Result<()> {
+    let names = args.namespace.namespace()?;
     check_kafka(&args.kafka)?;
-    let consumer = Arc::new(offsets_consumer(&args.kafka, &args.model.consumer_group())?);
+    let consumer = Arc::new(offsets_consumer(&args.kafka, &names.consumer_group(&args.model))?);
     let mut out = std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     writeln!(out, "seconds,lag")?;
     let started = Instant::now();
@@ -189,7 +196,7 @@ async fn record(args: RecordArgs) -> Result<()> {
     let mut seen_lag = false;
     while started.elapsed() < args.duration {
         tick.tick().await;
-        let (consumer, group, topic) = (consumer.clone(), args.model.consumer_group(), args.model.topic());
+        let (consumer, group, topic) = (consumer.clone(), names.consumer_group(&args.model), names.topic(&args.model));
         let lag = tokio::task::spawn_blocking(move || {
             probe::measure(consumer.as_ref(), &group, &topic, Duration::from_secs(5))
         })

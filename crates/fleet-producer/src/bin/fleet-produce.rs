@@ -4,12 +4,14 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use fleet_connect::acl;
 use fleet_connect::kafka::KafkaArgs;
+use fleet_connect::namespace::NamespaceArgs;
 use fleet_connect::redis::RedisConfig;
 use fleet_producer::summary::summarise;
-use fleet_producer::topics::{ensure_topics, TopicSettings, DEFAULT_PARTITIONS};
+use fleet_producer::topics::{ensure_topics, TopicChange, TopicSettings};
 use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, ResultClient, SendError};
-use fleet_proto::{ContentType, ModelName, RequestId};
+use fleet_proto::{ContentType, ModelName, Namespace, RequestId};
 use futures::future::join_all;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -19,6 +21,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 struct Cli {
     #[command(flatten)]
     kafka: KafkaArgs,
+    #[command(flatten)]
+    namespace: NamespaceArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -30,8 +34,20 @@ enum Command {
     /// Send image files to an image model; with --caption, each also goes
     /// with its caption to --text-model as one two-part request.
     Image(ImageArgs),
-    /// Create infer.<model> and infer.<model>.dlq with the fleet's settings.
+    /// Create infer.<model> and infer.<model>.dlq with these settings, grow
+    /// existing ones to --partitions (never shrink), report what differs.
     Topics(TopicArgs),
+    /// Print the ACL SETUSER commands of the worker and client Redis users
+    /// for this release's key prefix (put the passwords in).
+    RedisAcl(AclArgs),
+}
+
+#[derive(Args)]
+struct AclArgs {
+    #[arg(long, default_value = "fleet-worker")]
+    worker_user: String,
+    #[arg(long, default_value = "fleet-client")]
+    client_user: String,
 }
 
 #[derive(Args)]
@@ -113,11 +129,8 @@ struct SendArgs {
 struct TopicArgs {
     #[arg(long = "model", required = true)]
     models: Vec<ModelName>,
-    #[arg(long, default_value_t = DEFAULT_PARTITIONS)]
-    partitions: i32,
-    /// Largest message value the model accepts, in bytes.
-    #[arg(long, default_value_t = fleet_proto::limits::MAX_VALUE_BYTES)]
-    max_value_bytes: u64,
+    #[command(flatten)]
+    settings: TopicSettings,
 }
 
 #[tokio::main]
@@ -127,33 +140,49 @@ async fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .init();
     let cli = Cli::parse();
-    let kafka = KafkaConfig::from_args(&cli.kafka)?;
-    // A wrong password or an untrusted certificate: one clear line, now.
-    let probe = kafka.client_config();
-    tokio::task::spawn_blocking(move || fleet_connect::kafka_check::check_at_start(&probe, Duration::from_secs(10)))
-        .await??;
+    let names = cli.namespace.namespace()?;
     match cli.command {
         Command::Topics(args) => {
-            let settings = TopicSettings {
-                partitions: args.partitions,
-                max_value_bytes: args.max_value_bytes,
-                ..TopicSettings::default()
-            };
+            let kafka = connect_kafka(&cli.kafka).await?;
             for model in &args.models {
-                ensure_topics(&kafka, model, settings).await.with_context(|| format!("creating topics of {model}"))?;
-                println!("topics ready: {} ({} partitions), {}", model.topic(), settings.partitions, model.dlq_topic());
+                let changes = ensure_topics(&kafka, &names, model, args.settings)
+                    .await
+                    .with_context(|| format!("creating topics of {model}"))?;
+                for change in &changes {
+                    let verdict = match change {
+                        TopicChange::KeptMorePartitions { .. } | TopicChange::ConfigDiffers { .. } => "left",
+                        TopicChange::Unchanged { .. } => "ok",
+                        TopicChange::Created { .. } | TopicChange::Grown { .. } => "changed",
+                    };
+                    println!("{verdict}: {change}");
+                }
             }
             Ok(())
         }
-        Command::Send(args) => send(&kafka, args).await,
-        Command::Image(args) => send_images(&kafka, args).await,
+        Command::Send(args) => send(&connect_kafka(&cli.kafka).await?, &names, args).await,
+        Command::Image(args) => send_images(&connect_kafka(&cli.kafka).await?, &names, args).await,
+        Command::RedisAcl(args) => {
+            println!("{}", acl::setuser_command(acl::Role::Worker, &args.worker_user, &names));
+            println!("{}", acl::setuser_command(acl::Role::Client, &args.client_user, &names));
+            Ok(())
+        }
     }
 }
 
-async fn send_images(kafka: &KafkaConfig, args: ImageArgs) -> Result<()> {
+/// The Kafka settings, checked: a wrong password or an untrusted
+/// certificate ends the command with one clear line, now.
+async fn connect_kafka(args: &KafkaArgs) -> Result<KafkaConfig> {
+    let kafka = KafkaConfig::from_args(args)?;
+    let probe = kafka.client_config();
+    tokio::task::spawn_blocking(move || fleet_connect::kafka_check::check_at_start(&probe, Duration::from_secs(10)))
+        .await??;
+    Ok(kafka)
+}
+
+async fn send_images(kafka: &KafkaConfig, names: &Namespace, args: ImageArgs) -> Result<()> {
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
     let prefix = args.id_prefix.clone().unwrap_or_else(|| format!("img-{now_ms}"));
-    let producer = FleetProducer::new(kafka, &args.source)?;
+    let producer = FleetProducer::new(kafka, &args.source)?.with_namespace(names.clone());
     let mut models = vec![args.model.clone()];
     models.extend(args.text_model.clone().filter(|_| args.caption.is_some()));
     let mut sent = Vec::new();
@@ -178,11 +207,11 @@ async fn send_images(kafka: &KafkaConfig, args: ImageArgs) -> Result<()> {
         }
         sent.push((id, path));
     }
-    eprintln!("sent {} images to {}", sent.len(), args.model.topic());
+    eprintln!("sent {} images to {}", sent.len(), names.topic(&args.model));
     if !args.wait {
         return Ok(());
     }
-    let results = ResultClient::connect_client(args.redis.client()?).await?;
+    let results = ResultClient::connect_to(&args.redis.target()?, names.clone()).await?;
     for (id, path) in &sent {
         let answers = results.wait(id, &models, args.timeout).await?;
         if args.json {
@@ -221,7 +250,7 @@ fn brief(answer: &fleet_proto::Answer) -> String {
     answer.status.as_str().to_owned()
 }
 
-async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
+async fn send(kafka: &KafkaConfig, names: &Namespace, args: SendArgs) -> Result<()> {
     let mut texts = args.text.clone();
     if let Some(path) = &args.file {
         let body = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -245,9 +274,9 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
         })
         .collect::<Result<_>>()?;
 
-    let mut producer = FleetProducer::new(kafka, &args.source)?;
+    let mut producer = FleetProducer::new(kafka, &args.source)?.with_namespace(names.clone());
     if args.max_backlog.is_some() || args.predicted_wait {
-        let guard = BacklogGuard::adaptive(args.redis.client()?)
+        let guard = BacklogGuard::adaptive(&args.redis.target()?, names.clone())
             .await?
             .with_predicted_wait(args.predicted_wait)
             .with_max_backlog(args.max_backlog);
@@ -271,7 +300,7 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
     for (request, delivered) in requests.iter().zip(join_all(pending).await) {
         delivered.with_context(|| format!("delivering {}", request.id))?;
     }
-    eprintln!("sent {} requests to {} in {:.2?}", requests.len(), args.model.topic(), started.elapsed());
+    eprintln!("sent {} requests to {} in {:.2?}", requests.len(), names.topic(&args.model), started.elapsed());
     if let Some(e) = &overloaded {
         eprintln!("refused the remaining {}: {e}", texts.len() - requests.len());
     }
@@ -279,7 +308,7 @@ async fn send(kafka: &KafkaConfig, args: SendArgs) -> Result<()> {
         return exit_for(overloaded);
     }
 
-    let results = ResultClient::connect_client(args.redis.client()?).await?;
+    let results = ResultClient::connect_to(&args.redis.target()?, names.clone()).await?;
     let models = [args.model.clone()];
     let mut answered = Vec::with_capacity(requests.len());
     let mut failures = 0usize;

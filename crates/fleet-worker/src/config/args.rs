@@ -9,7 +9,8 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Parser)]
 #[command(version, about = "Kafka-fed inference worker: one consumer group per model")]
 pub struct WorkerArgs {
-    /// The model to serve: consumes infer.<model> in group fleet.<model>.
+    /// The model to serve: consumes infer.<model> in group fleet.<model>
+    /// (with the default prefixes).
     #[arg(long, env = "FLEET_MODEL")]
     pub model: ModelName,
     /// The model repository (models/<model>/config.toml, models/<model>/<version>/).
@@ -21,6 +22,9 @@ pub struct WorkerArgs {
     pub kafka: fleet_connect::kafka::KafkaArgs,
     #[command(flatten)]
     pub redis: fleet_connect::redis::RedisConfig,
+    /// Topic, group and Redis key prefixes (one release = one namespace).
+    #[command(flatten)]
+    pub namespace: fleet_connect::namespace::NamespaceArgs,
     /// Where /metrics, /healthz and /ready are served.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,

@@ -1,14 +1,14 @@
 //! This worker's backlog in Redis, every second, for producers' fail-fast
 //! admission (`fleet_proto::backlog`).
 
-use redis::aio::ConnectionManager;
+use fleet_connect::redis::{Connection, RedisTarget};
 use redis::AsyncCommands;
 use std::time::Duration;
 
 /// Publishes this worker's backlog for producers' fail-fast admission
 /// (`fleet_proto::backlog`).
 pub struct BacklogPublisher {
-    conn: ConnectionManager,
+    conn: Connection,
     key: String,
     worker_id: String,
     published: u64,
@@ -20,13 +20,9 @@ pub struct BacklogPublisher {
 const PRUNE_EVERY: u64 = 30;
 
 impl BacklogPublisher {
-    pub async fn connect(
-        client: redis::Client,
-        model: &fleet_proto::ModelName,
-        worker_id: String,
-    ) -> Result<Self, redis::RedisError> {
-        let conn = fleet_connect::redis::managed(client, Duration::from_secs(2), Duration::from_secs(2)).await?;
-        Ok(Self { conn, key: fleet_proto::backlog::backlog_key(model), worker_id, published: 0 })
+    pub async fn connect(redis: &RedisTarget, key: String, worker_id: String) -> Result<Self, redis::RedisError> {
+        let conn = redis.managed(Duration::from_secs(2), Duration::from_secs(2)).await?;
+        Ok(Self { conn, key, worker_id, published: 0 })
     }
 
     pub async fn publish(&mut self, backlog: u64, now_ms: u64, drain_per_s: f64) -> Result<(), redis::RedisError> {
@@ -39,7 +35,11 @@ impl BacklogPublisher {
             .query_async::<()>(&mut self.conn)
             .await?;
         if self.published % PRUNE_EVERY == 0 {
-            self.prune(now_ms).await?;
+            // The report is out; a failed cleanup of others' old reports
+            // must not count as this worker failing to report.
+            if let Err(e) = self.prune(now_ms).await {
+                tracing::warn!(error = %e, "pruning stale backlog reports failed; next try in ~30 s");
+            }
         }
         self.published += 1;
         Ok(())

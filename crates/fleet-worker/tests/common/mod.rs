@@ -3,7 +3,7 @@
 
 #![allow(dead_code, unused_imports)]
 
-use fleet_proto::ModelName;
+use fleet_proto::{ModelName, Namespace};
 pub use fleet_testkit::{free_port, http_get, log_file, metric_value, signal, Broker, Redis};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -218,7 +218,19 @@ pub async fn send_texts(
     texts: &[String],
     deadline_ms: Option<u64>,
 ) -> Vec<fleet_proto::RequestId> {
-    let producer = fleet_producer::FleetProducer::new(&broker.kafka(), "tests").unwrap();
+    send_texts_in(&Namespace::default(), broker, model, prefix, texts, deadline_ms).await
+}
+
+/// `send_texts` to the topics of `names`.
+pub async fn send_texts_in(
+    names: &Namespace,
+    broker: &Broker,
+    model: &ModelName,
+    prefix: &str,
+    texts: &[String],
+    deadline_ms: Option<u64>,
+) -> Vec<fleet_proto::RequestId> {
+    let producer = fleet_producer::FleetProducer::new(&broker.kafka(), "tests").unwrap().with_namespace(names.clone());
     let mut ids = Vec::new();
     let mut pending = Vec::new();
     for (i, text) in texts.iter().enumerate() {
@@ -261,7 +273,7 @@ pub async fn ledger(
             async move {
                 let answers =
                     results.wait(id, std::slice::from_ref(model), timeout).await.unwrap_or_else(|e| panic!("{e}"));
-                let fields: usize = conn.hlen(fleet_proto::keys::result_key(id)).await.unwrap();
+                let fields: usize = conn.hlen(Namespace::default().result_key(id)).await.unwrap();
                 assert_eq!(fields, 1, "{id} has {fields} answer fields");
                 answers[model.as_str()].status.as_str().to_owned()
             }

@@ -4,7 +4,7 @@
 //! cache stage.
 
 use crate::stages::engine::precision::Precision;
-use fleet_proto::{keys, ModelName};
+use fleet_proto::{ModelName, Namespace};
 use serde::{Deserialize, Serialize};
 
 /// 128 bits of BLAKE3 over the token ids: collisions are not a concern.
@@ -33,6 +33,7 @@ pub struct CachedOutput {
 
 /// Where one output is kept: the key's parts.
 pub struct Address<'a> {
+    pub namespace: &'a Namespace,
     pub model: &'a ModelName,
     pub version: u64,
     pub precision: Precision,
@@ -49,7 +50,7 @@ impl Address<'_> {
         hasher.update(b":");
         hasher.update(self.input_hash.as_bytes());
         let hash = &hasher.finalize().to_hex()[..32];
-        keys::feature_key(self.model, self.version, self.precision.as_str(), hash)
+        self.namespace.feature_key(self.model, self.version, self.precision.as_str(), hash)
     }
 }
 
@@ -73,9 +74,15 @@ mod tests {
 
     #[test]
     fn another_task_reads_other_entries() {
-        let model = ModelName::parse("m").unwrap();
-        let at =
-            |task_tag| Address { model: &model, version: 1, precision: Precision::Fp32, task_tag, input_hash: "ab" };
+        let (model, names) = (ModelName::parse("m").unwrap(), Namespace::default());
+        let at = |task_tag| Address {
+            namespace: &names,
+            model: &model,
+            version: 1,
+            precision: Precision::Fp32,
+            task_tag,
+            input_hash: "ab",
+        };
         assert_eq!(at("t1").key(), at("t1").key());
         assert_ne!(at("t1").key(), at("t2").key());
         assert!(at("t1").key().starts_with("fleet:feat:m:1:fp32:"));

@@ -21,29 +21,43 @@ use crate::stages::engine::precision::Precision;
 use crate::stages::engine::EngineCommand;
 use crate::stages::source::Ledger;
 use entry::{Address, CachedOutput};
+use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{Answer, ModelName};
-use redis::aio::ConnectionManager;
+use fleet_proto::{Answer, ModelName, Namespace};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub struct FeatureCache {
-    conn: ConnectionManager,
+    conn: Connection,
+    namespace: Namespace,
     model: ModelName,
     /// The served task's `TaskConfig::tag`.
     task_tag: String,
 }
 
 impl FeatureCache {
-    pub async fn connect(client: redis::Client, model: ModelName, task_tag: String) -> Result<Self, redis::RedisError> {
+    pub async fn connect(
+        redis: &RedisTarget,
+        namespace: Namespace,
+        model: ModelName,
+        task_tag: String,
+    ) -> Result<Self, redis::RedisError> {
         // Short: a slow cache must not slow the batch more than it could save.
-        let conn = fleet_connect::redis::managed(client, Duration::from_secs(1), Duration::from_millis(250)).await?;
-        Ok(Self { conn, model, task_tag })
+        let conn = redis.managed(Duration::from_secs(1), Duration::from_millis(250)).await?;
+        Ok(Self { conn, namespace, model, task_tag })
     }
 
     pub fn key(&self, version: u64, precision: Precision, input_hash: &str) -> String {
-        Address { model: &self.model, version, precision, task_tag: &self.task_tag, input_hash }.key()
+        Address {
+            namespace: &self.namespace,
+            model: &self.model,
+            version,
+            precision,
+            task_tag: &self.task_tag,
+            input_hash,
+        }
+        .key()
     }
 
     /// One MGET for a batch under the keys of `version` in `precision`;

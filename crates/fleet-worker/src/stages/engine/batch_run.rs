@@ -13,7 +13,7 @@ use crate::metrics::{
 use crate::stages::batch::bucket::Batch;
 use crate::stages::cache::entry::{self, Address};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{Answer, ErrorCode, ModelName};
+use fleet_proto::{Answer, ErrorCode, ModelName, Namespace};
 use std::time::Instant;
 
 /// One batch's answers, what the model call took, and the row cap learnt
@@ -25,7 +25,13 @@ pub struct BatchRun {
 }
 
 /// Runs one batch (split on out-of-memory) and answers each request.
-pub fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<Job>) -> BatchRun {
+pub fn run_batch(
+    engine: &Model,
+    namespace: &Namespace,
+    model: &ModelName,
+    version: u64,
+    batch: Batch<Job>,
+) -> BatchRun {
     let started_ms = now_ms();
     let started = Instant::now();
     let rows: Vec<&ModelInput> = batch.items.iter().map(|j| &j.input).collect();
@@ -53,6 +59,7 @@ pub fn run_batch(engine: &Model, model: &ModelName, version: u64, batch: Batch<J
             let (answer, feature) = match output {
                 Ok(output) => {
                     let at = Address {
+                        namespace,
                         model,
                         version,
                         precision: engine.precision,

@@ -34,7 +34,7 @@ use crate::stages::batch::bucket::Batch;
 use crate::status::health::Health;
 use batch_run::run_batch;
 use fleet_proto::clock::now_ms;
-use fleet_proto::ModelName;
+use fleet_proto::{ModelName, Namespace};
 use model::Model;
 use precision::Precision;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,6 +85,8 @@ impl Drop for EngineStopped {
 
 pub struct EngineStage {
     pub model: ModelName,
+    /// Names the feature-cache entries of what is computed.
+    pub namespace: Namespace,
     /// libtorch intra-op threads of this thread's model calls.
     pub threads: i32,
     /// Time spent running batches, µs (the drain rate divides by it).
@@ -116,7 +118,7 @@ impl EngineStage {
                     let first_read_ms = batch.items.iter().map(|job| job.read_ms).min().unwrap_or_else(now_ms);
                     let held_ms = now_ms().saturating_sub(first_read_ms) as f64;
                     let started = Instant::now();
-                    let ran = run_batch(&current.model, &self.model, current.version, batch);
+                    let ran = run_batch(&current.model, &self.namespace, &self.model, current.version, batch);
                     self.busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                     let _ = self.batch_feedback.send(BatchFeedback::Timing { bucket, infer_ms: ran.infer_ms });
                     let _ = self.held_feedback.send(HeldFeedback { held_ms, first_read_ms });

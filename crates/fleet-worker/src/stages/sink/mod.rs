@@ -1,9 +1,11 @@
 //! The sink: where finished requests leave the worker. Answers go to Redis
-//! (`fleet:result:<id>` hash field + `fleet:ready:<id>` push, both with the
+//! (`fleet:result:{<id>}` hash field + `fleet:ready:{<id>}` push, both with the
 //! version's result TTL); messages without a readable id go to the DLQ topic.
 //!
-//! A batch of answers is one pipeline (one round trip) of a small Lua script
-//! per answer. Each script is atomic, so a waiter woken by the ready-list
+//! A batch of answers is a small Lua script per answer, all sent at once on
+//! the multiplexed connection (one round trip; in Redis Cluster one per
+//! node: a request's two keys share a hash tag, so each script runs on one
+//! node, and no pipeline spans two requests). Each script is atomic, so a waiter woken by the ready-list
 //! push always finds the hash field, and it writes only if the field is not
 //! there yet: the first answer wins. A message redelivered after a crash or
 //! a rebalance can then never replace an `ok` answer with a later `expired`

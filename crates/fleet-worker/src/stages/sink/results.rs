@@ -1,10 +1,13 @@
-//! Answers into Redis: one round trip per batch, one atomic script per
-//! answer (see the [sink](super) for why), the feature-cache entries of
-//! what was computed alongside.
+//! Answers into Redis: one atomic script per answer (see the [sink](super)
+//! for why), the feature-cache entries of what was computed alongside, all
+//! of a batch sent at once on the multiplexed connection (one round trip on
+//! one server; one per node in a cluster, where one pipeline could not span
+//! the slots of different requests).
 
 use crate::job::Finished;
-use fleet_proto::keys;
-use redis::aio::ConnectionManager;
+use fleet_connect::redis::{Connection, RedisTarget};
+use fleet_proto::Namespace;
+use futures::future::join_all;
 use std::time::Duration;
 
 /// KEYS: result hash, ready list. ARGV: model, answer JSON, TTL seconds.
@@ -25,58 +28,55 @@ return fresh
 ";
 
 pub struct ResultSink {
-    conn: ConnectionManager,
+    conn: Connection,
+    namespace: Namespace,
     result_ttl_s: u64,
     feature_ttl_s: u64,
 }
 
 impl ResultSink {
-    /// `client` carries the URL, credentials and TLS settings
-    /// (fleet_connect::redis::RedisConfig::client).
+    /// `redis` carries the URL, credentials, TLS settings and whether it is
+    /// a cluster (fleet_connect::redis::RedisConfig::target).
     pub async fn connect(
-        client: redis::Client,
+        redis: &RedisTarget,
+        namespace: Namespace,
         result_ttl_s: u64,
         feature_ttl_s: u64,
     ) -> Result<Self, redis::RedisError> {
-        let conn = fleet_connect::redis::managed(client, Duration::from_secs(2), Duration::from_secs(5)).await?;
-        Ok(Self { conn, result_ttl_s, feature_ttl_s })
+        let conn = redis.managed(Duration::from_secs(2), Duration::from_secs(5)).await?;
+        Ok(Self { conn, namespace, result_ttl_s, feature_ttl_s })
     }
 
     /// Writes every answer of a batch, and the feature-cache entries of what
-    /// was computed, in one round trip. `Err` when the round trip itself
-    /// failed (nothing is known to be written); else one result per answer.
-    /// A feature-cache entry that cannot be stored costs a later hit, never
-    /// the answer: its failure is logged and counted, not returned.
-    pub async fn write(
-        &mut self,
-        finished: &[Finished],
-    ) -> Result<Vec<Result<(), redis::RedisError>>, redis::RedisError> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for f in finished {
-            pipe.cmd("EVAL")
+    /// was computed: one result per answer (a Redis that cannot be reached
+    /// fails each with a connection error). A feature-cache
+    /// entry that cannot be stored costs a later hit, never the answer: its
+    /// failure is logged, not returned.
+    pub async fn write(&mut self, finished: &[Finished]) -> Vec<Result<(), redis::RedisError>> {
+        let answers = finished.iter().map(|f| {
+            let mut conn = self.conn.clone();
+            let write = redis::cmd("EVAL")
                 .arg(WRITE_ANSWER)
                 .arg(2)
-                .arg(keys::result_key(&f.id))
-                .arg(keys::ready_key(&f.id))
+                .arg(self.namespace.result_key(&f.id))
+                .arg(self.namespace.ready_key(&f.id))
                 .arg(&f.answer.model)
                 .arg(f.answer.to_json())
-                .arg(self.result_ttl_s);
-            if let Some((key, value)) = &f.feature {
-                pipe.cmd("SET").arg(key).arg(value).arg("EX").arg(self.feature_ttl_s);
-            }
-        }
-        let mut replies = pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut self.conn).await?.into_iter();
-        let mut outcomes = Vec::with_capacity(finished.len());
-        for f in finished {
-            let answer = replies.next().unwrap_or(Ok(redis::Value::Nil)).map(drop);
-            if f.feature.is_some() {
-                if let Some(Err(e)) = replies.next() {
-                    tracing::warn!(error = %e, id = %f.id, "feature-cache entry not stored");
+                .arg(self.result_ttl_s)
+                .to_owned();
+            async move { write.query_async::<redis::Value>(&mut conn).await.map(drop) }
+        });
+        let features =
+            finished.iter().filter_map(|f| f.feature.as_ref().map(|entry| (f, entry))).map(|(f, (key, value))| {
+                let mut conn = self.conn.clone();
+                let store = redis::cmd("SET").arg(key).arg(value).arg("EX").arg(self.feature_ttl_s).to_owned();
+                async move {
+                    if let Err(e) = store.query_async::<redis::Value>(&mut conn).await {
+                        tracing::warn!(error = %e, id = %f.id, "feature-cache entry not stored");
+                    }
                 }
-            }
-            outcomes.push(answer);
-        }
-        Ok(outcomes)
+            });
+        let (outcomes, _) = futures::join!(join_all(answers), join_all(features));
+        outcomes
     }
 }

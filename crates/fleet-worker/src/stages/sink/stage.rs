@@ -11,7 +11,7 @@ use super::dead_letters::{DeadLetters, LocalRecord};
 use super::failure::{kafka_action, redis_error_class, FailureClass, KafkaAction};
 use super::results::ResultSink;
 use crate::job::{DeadLetter, Finished, SinkItem, ANSWER_UNWRITABLE};
-use crate::metrics::{DLQ_LOCAL_TOTAL, DLQ_TOTAL, E2E_SECONDS, REQUESTS_TOTAL, SINK_FAILURES_TOTAL};
+use crate::metrics::{DLQ_LOCAL_TOTAL, DLQ_TOTAL, E2E_SECONDS, ERRORS_TOTAL, REQUESTS_TOTAL, SINK_FAILURES_TOTAL};
 use crate::stages::source::Committer;
 use crate::status::health::{Health, SinkProblem};
 use fleet_proto::clock::now_ms;
@@ -107,50 +107,34 @@ impl AnswerLane {
     async fn write(&mut self, mut pending: Vec<Finished>) -> bool {
         let mut backoff = Backoff::new();
         loop {
-            let (class, reason) = match self.results.write(&pending).await {
-                Err(e) => {
-                    let class = redis_error_class(&e);
-                    // The whole round trip failed: one class for the batch
-                    // (a per-message class makes no sense without replies).
-                    let class = if class == FailureClass::Message { FailureClass::Fleet } else { class };
-                    self.ends.count_failure("redis", class);
-                    (class, e.to_string())
-                }
-                Ok(outcomes) => {
-                    let mut retry = Vec::new();
-                    let mut worst: Option<(FailureClass, String)> = None;
-                    for (finished, outcome) in pending.into_iter().zip(outcomes) {
-                        let Err(e) = outcome else {
-                            self.ended(&finished);
-                            continue;
-                        };
-                        let class = redis_error_class(&e);
-                        self.ends.count_failure("redis", class);
-                        if class == FailureClass::Message {
-                            tracing::error!(id = %finished.id, error = %e, "the answer cannot be written; dead-lettering it");
-                            let letter = DeadLetter::of_answer(&finished, ANSWER_UNWRITABLE, e.to_string());
-                            if self.letters.send(letter).await.is_err() {
-                                return false;
-                            }
-                        } else {
-                            if worst.as_ref().is_none_or(|(w, _)| class == FailureClass::Fleet && *w != class) {
-                                worst = Some((class, e.to_string()));
-                            }
-                            retry.push(finished);
-                        }
+            let outcomes = self.results.write(&pending).await;
+            let mut retry = Vec::new();
+            let mut worst: Option<(FailureClass, String)> = None;
+            for (finished, outcome) in pending.into_iter().zip(outcomes) {
+                let Err(e) = outcome else {
+                    self.ended(&finished);
+                    continue;
+                };
+                let class = redis_error_class(&e);
+                self.ends.count_failure("redis", class);
+                if class == FailureClass::Message {
+                    tracing::error!(id = %finished.id, error = %e, "the answer cannot be written; dead-lettering it");
+                    let letter = DeadLetter::of_answer(&finished, ANSWER_UNWRITABLE, e.to_string());
+                    if self.letters.send(letter).await.is_err() {
+                        return false;
                     }
-                    match worst {
-                        None => {
-                            self.ends.recovered("redis");
-                            return true;
-                        }
-                        Some(failure) => {
-                            pending = retry;
-                            failure
-                        }
+                } else {
+                    if worst.as_ref().is_none_or(|(w, _)| class == FailureClass::Fleet && *w != class) {
+                        worst = Some((class, e.to_string()));
                     }
+                    retry.push(finished);
                 }
+            }
+            let Some((class, reason)) = worst else {
+                self.ends.recovered("redis");
+                return true;
             };
+            pending = retry;
             self.ends.report("redis", class, &reason);
             backoff.wait(class).await;
         }
@@ -160,6 +144,9 @@ impl AnswerLane {
     fn ended(&self, finished: &Finished) {
         let status = finished.answer.status.as_str();
         metrics::counter!(REQUESTS_TOTAL, "status" => status).increment(1);
+        if let Some(error) = &finished.answer.error {
+            metrics::counter!(ERRORS_TOTAL, "code" => error.code.as_str()).increment(1);
+        }
         metrics::histogram!(E2E_SECONDS).record(finished.answer.timings_ms.total / 1000.0);
         tracing::debug!(id = %finished.id, status, "answered");
         self.ends.progress(&finished.position);

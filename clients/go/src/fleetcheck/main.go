@@ -1,0 +1,140 @@
+// Command fleetcheck runs the Go client against a live fleet and checks what
+// it gets back: the same checks as clients/python/check_client.py. Started by
+// crates/fleet-worker/tests/go_client.rs (part of `make test`) with a broker,
+// a Redis and two real workers (minilm, efficientnet_lite0). Exits non-zero
+// with the reason on the first check that fails; prints one line per check.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"reflect"
+	"strconv"
+	"time"
+
+	"fleetclient"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+var texts = []string{
+	"A man is eating food.",
+	"A man is eating a piece of bread.",
+	"The girl is carrying a baby.",
+	"A man is riding a horse.",
+}
+
+func check(ok bool, what string) {
+	if !ok {
+		fmt.Printf("FAILED: %s\n", what)
+		os.Exit(1)
+	}
+	fmt.Printf("ok: %s\n", what)
+}
+
+func must(err error, what string) {
+	if err != nil {
+		fmt.Printf("FAILED: %s: %v\n", what, err)
+		os.Exit(1)
+	}
+}
+
+func embedding(a fleetclient.Answer) []float64 {
+	var out struct {
+		Embedding []float64 `json:"embedding"`
+	}
+	_ = json.Unmarshal(a.Output, &out)
+	return out.Embedding
+}
+
+func dot(a, b []float64) float64 {
+	s := 0.0
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func main() {
+	brokers := flag.String("brokers", "", "bootstrap broker")
+	redisURL := flag.String("redis", "", "Redis URL")
+	photo := flag.String("photo", "", "a PNG of a cup of coffee")
+	run := flag.String("run", strconv.FormatInt(time.Now().UnixMilli(), 10), "makes request ids unique")
+	flag.Parse()
+	started := time.Now()
+	client, err := fleetclient.New([]string{*brokers}, *redisURL, fleetclient.Options{Source: "check-go-client"})
+	must(err, "connecting")
+	defer client.Close()
+	wait := func(id string, models ...string) map[string]fleetclient.Answer {
+		answers, err := client.Wait(id, models, 60*time.Second)
+		must(err, "waiting for "+id)
+		return answers
+	}
+
+	// Send and wait.
+	var embeddings [][]float64
+	for i, text := range texts {
+		id := fmt.Sprintf("go-%s-%d", *run, i)
+		must(client.SendText("minilm", id, text, fleetclient.SendOptions{}), "sending "+id)
+	}
+	for i := range texts {
+		id := fmt.Sprintf("go-%s-%d", *run, i)
+		answer := wait(id, "minilm")["minilm"]
+		check(answer.Status == "ok", id+" answered ok")
+		embeddings = append(embeddings, embedding(answer))
+	}
+	for _, e := range embeddings {
+		check(len(e) == 384 && math.Abs(math.Sqrt(dot(e, e))-1) < 1e-2, "a unit-length 384-dimensional embedding")
+	}
+	check(dot(embeddings[0], embeddings[1]) > dot(embeddings[0], embeddings[3]),
+		"eating food is nearer to eating bread than to riding a horse")
+
+	// Fan-out: the photo to the vision model, its caption to the text model.
+	image, err := os.ReadFile(*photo)
+	must(err, "reading the photo")
+	both := fmt.Sprintf("go-%s-fanout", *run)
+	must(client.SendFanout(both, []fleetclient.Part{
+		{Model: "efficientnet_lite0", Value: image, ContentType: "image/png"},
+		{Model: "minilm", Value: []byte("A cup of coffee."), ContentType: fleetclient.Text},
+	}, fleetclient.SendOptions{}), "sending the fan-out")
+	answers := wait(both, "efficientnet_lite0", "minilm")
+	var classes struct {
+		Classes []struct {
+			Label string `json:"label"`
+		} `json:"classes"`
+	}
+	_ = json.Unmarshal(answers["efficientnet_lite0"].Output, &classes)
+	check(len(classes.Classes) > 0 && classes.Classes[0].Label == "espresso", "the photo is an espresso")
+	check(answers["minilm"].Status == "ok", "the caption answered in the same request")
+
+	// A reused id within the result TTL gets the earlier answer back.
+	reused := fmt.Sprintf("go-%s-3", *run)
+	must(client.SendText("minilm", reused, "Something else entirely.", fleetclient.SendOptions{}), "resending")
+	check(reflect.DeepEqual(embedding(wait(reused, "minilm")["minilm"]), embeddings[3]),
+		"a reused request id returns the earlier answer")
+
+	// Predicted-wait admission against a planted report of a deep backlog.
+	admin, err := redis.DialURL(*redisURL)
+	must(err, "connecting as admin")
+	defer admin.Close()
+	key := client.BacklogKey("minilm")
+	_, err = admin.Do("HSET", key, "check-go-planted", fmt.Sprintf("100000 %d 10.0", time.Now().UnixMilli()))
+	must(err, "planting a report")
+	refused := fmt.Sprintf("go-%s-refused", *run)
+	err = client.SendText("minilm", refused, "Too late anyway.",
+		fleetclient.SendOptions{DeadlineMs: time.Now().UnixMilli() + 5_000, Admit: true})
+	var overloaded *fleetclient.Overloaded
+	check(errors.As(err, &overloaded) && overloaded.PredictedWait > 5*time.Second,
+		fmt.Sprintf("refused before sending: %v", err))
+	_, err = admin.Do("HDEL", key, "check-go-planted")
+	must(err, "removing the report")
+	admitted := fmt.Sprintf("go-%s-admitted", *run)
+	must(client.SendText("minilm", admitted, "Now there is room.",
+		fleetclient.SendOptions{DeadlineMs: time.Now().UnixMilli() + 30_000, Admit: true}), "admitted")
+	check(wait(admitted, "minilm")["minilm"].Status == "ok", "admitted and answered")
+	fmt.Printf("all checks passed in %.1f s\n", time.Since(started).Seconds())
+}
