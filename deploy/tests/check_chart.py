@@ -19,6 +19,9 @@ Renders the chart with `helm template` in several scenarios and checks:
 * Redis TLS (redis.tls): every worker Deployment, and nothing else, mounts
   the TLS Secret read-only and names its files in FLEET_REDIS_CA_FILE (and
   FLEET_REDIS_CLIENT_CERT/KEY for mutual TLS); nothing of it when disabled;
+* topic settings (broker defaults unless set), a release's own name
+  prefixes in every workload, HPA selector, alert and adapter rule, Strimzi
+  KafkaTopic resources, and the Redis ACL users' ConfigMap;
 * workers, fleet-lag, the topic job, probes, security settings, and that the
   PrometheusRule, adapter rule and dashboard ConfigMap carry the repository's
   own files.
@@ -50,6 +53,7 @@ CRD_KINDS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("keda.sh/v1alpha1", "ScaledObject"),
     ("keda.sh/v1alpha1", "TriggerAuthentication"),
+    ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
 }
 
 # Values that must only ever appear inside Secrets.
@@ -197,6 +201,12 @@ def validate_crd(doc):
             assert all(isinstance(v, str) for v in metadata.values()), f"trigger metadata values must be strings: {metadata}"
             if "authenticationRef" in trigger:
                 require(trigger, "authenticationRef.name", str)
+    elif kind == "KafkaTopic":
+        assert isinstance(doc["metadata"].get("labels", {}).get("strimzi.io/cluster"), str), "strimzi.io/cluster label"
+        assert set(spec) <= {"topicName", "partitions", "replicas", "config"}, sorted(spec)
+        assert isinstance(spec.get("topicName"), str) and isinstance(spec.get("partitions"), int), spec
+        assert isinstance(spec.get("replicas", 1), int), spec
+        assert all(isinstance(v, str) for v in spec.get("config", {}).values()), "config values must be strings"
     elif kind == "TriggerAuthentication":
         for ref in require(spec, "secretTargetRef", list):
             assert set(ref) == {"parameter", "name", "key"}, ref
@@ -577,6 +587,94 @@ def check_existing(docs):
     assert json.loads(dashboard["data"]["fleet.json"]) == json.loads((ROOT / "deploy/grafana/dashboards/fleet.json").read_text())
 
 
+def release_scenario():
+    """A second release beside the default one: its own prefixes, a Redis
+    Cluster, production topic settings, Strimzi topics."""
+    return {
+        "names": {"topicPrefix": "blue.infer.", "groupPrefix": "blue.fleet.", "redisPrefix": "blue:"},
+        "redis": {"cluster": True},
+        "topics": {"replicationFactor": 3, "minInsyncReplicas": 2, "retentionMs": 86400000},
+        "prometheusRule": {"runbookBaseUrl": "https://git.example.com/fleet/blob/main/"},
+        "grafanaDashboard": {"enabled": True},
+    }
+
+
+def topic_job_args(docs):
+    job = one(docs, "Job", f"{RELEASE}-topics")
+    return {c["name"]: c["command"] for c in job["spec"]["template"]["spec"]["containers"]}
+
+
+def arg_after(command, flag):
+    return command[command.index(flag) + 1] if flag in command else None
+
+
+@check("topic settings: broker defaults unless set; a release's own prefixes everywhere")
+def check_topics_and_names(default_docs, release_docs):
+    for name, command in topic_job_args(default_docs).items():
+        for flag in ("--replication-factor", "--min-insync-replicas", "--retention-ms"):
+            assert flag not in command, f"{name}: {flag} set though the broker's default was asked"
+        assert arg_after(command, "--dlq-retention-ms") == "604800000", command
+    for name, command in topic_job_args(release_docs).items():
+        assert arg_after(command, "--replication-factor") == "3", command
+        assert arg_after(command, "--min-insync-replicas") == "2", command
+        assert arg_after(command, "--retention-ms") == "86400000", command
+    pods = [d for d in release_docs if d.get("kind") in ("Deployment", "Job")]
+    for pod in pods:
+        for container in pod["spec"]["template"]["spec"]["containers"]:
+            env = {k: v.get("value") for k, v in env_of(container).items()}
+            assert env.get("FLEET_TOPIC_PREFIX") == "blue.infer.", f"{pod['metadata']['name']}: {env}"
+            assert env.get("FLEET_GROUP_PREFIX") == "blue.fleet." and env.get("FLEET_REDIS_PREFIX") == "blue:"
+    workers = [d for d in release_docs if d.get("kind") == "Deployment" and "worker" in d["metadata"]["name"]]
+    assert workers and all(
+        env_of(w["spec"]["template"]["spec"]["containers"][0]).get("FLEET_REDIS_CLUSTER", {}).get("value") == "true"
+        for w in workers)
+    hpa = one(release_docs, "HorizontalPodAutoscaler", worker_name("minilm"))
+    labels = hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]["matchLabels"]
+    assert labels == {"topic": "blue.infer.minilm", "consumergroup": "blue.fleet.minilm"}, labels
+    # PromQL regex `blue\.fleet\..+` inside a PromQL string (backslashes doubled).
+    wanted = 'consumergroup=~"blue\\\\.fleet\\\\..+"'
+    exprs = [r["expr"] for g in by_kind(release_docs, "PrometheusRule")[0]["spec"]["groups"] for r in g["rules"]]
+    assert any(wanted in e for e in exprs), "the alert rules do not select the release's groups"
+    assert not any('"fleet\\\\..+"' in e for e in exprs), "an alert rule still selects the default groups"
+    adapter = one(release_docs, "ConfigMap", f"{RELEASE}-prometheus-adapter")["data"]["config.yaml"]
+    assert wanted in adapter, adapter
+    dashboard = json.loads(one(release_docs, "ConfigMap", f"{RELEASE}-dashboard")["data"]["fleet.json"])
+    lag = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", []) if "kafka_consumergroup_lag" in t["expr"]]
+    assert lag and all(wanted in e and 'topic=~"blue\\\\.infer\\\\.($model)"' in e for e in lag), lag
+    urls = [r["annotations"]["runbook_url"] for g in by_kind(release_docs, "PrometheusRule")[0]["spec"]["groups"]
+            for r in g["rules"] if "alert" in r]
+    assert urls and all(u.startswith("https://git.example.com/fleet/blob/main/docs/operations.md#") for u in urls), urls
+
+
+@check("Strimzi: KafkaTopic resources instead of the topic job")
+def check_strimzi(helm):
+    _, docs = helm.template({"topics": {"strimzi": {"enabled": True, "cluster": "my-kafka"}, "replicationFactor": 3,
+                                        "minInsyncReplicas": 2}})
+    assert not by_kind(docs, "Job"), "the topic job is rendered beside Strimzi's topics"
+    topics = {d["spec"]["topicName"]: d for d in by_kind(docs, "KafkaTopic")}
+    models = [name for name, _, _ in resolved_models(chart_values())]
+    assert set(topics) == {t for m in models for t in (f"infer.{m}", f"infer.{m}.dlq")}, sorted(topics)
+    request, dlq = topics["infer.minilm"], topics["infer.minilm.dlq"]
+    assert request["metadata"]["labels"]["strimzi.io/cluster"] == "my-kafka"
+    assert (request["spec"]["partitions"], request["spec"]["replicas"]) == (8, 3), request["spec"]
+    assert request["spec"]["config"]["min.insync.replicas"] == "2" and "retention.ms" not in request["spec"]["config"]
+    assert request["spec"]["config"]["max.message.bytes"] == "20065536"
+    assert dlq["spec"]["partitions"] == 1 and dlq["spec"]["config"]["retention.ms"] == "604800000"
+    return validate_all(docs, "strimzi")
+
+
+@check("Redis ACL ConfigMap: the worker and client users' rules for the release's prefix")
+def check_redis_acl(default_docs, release_docs):
+    rules = (ROOT / "deploy/redis/acl.conf").read_text()
+    for docs, prefix in ((default_docs, "fleet:"), (release_docs, "blue:")):
+        data = one(docs, "ConfigMap", f"{RELEASE}-redis-acl")["data"]
+        assert set(data) == {"worker.acl", "client.acl"}, sorted(data)
+        assert data["worker.acl"].startswith("ACL SETUSER fleet-worker reset on >PASSWORD ~" + prefix + "* "), data
+        assert f"%R~{prefix}result:*" in data["client.acl"] and "+hset" not in data["client.acl"], data
+        assert "PREFIX" not in data["worker.acl"] + data["client.acl"]
+    assert "+blpop" in rules
+
+
 @check("bad values make `helm template` fail with a clear message")
 def check_failures(helm):
     cases = [
@@ -620,6 +718,13 @@ def check_failures(helm):
         ("a misspelled per-model key", {"models": [{"name": "minilm", "replica": {"max": 2}}]},
          "Additional property replica is not allowed"),
         ("a model name the worker refuses", {"models": [{"name": "mini.lm"}]}, "models.0.name"),
+        ("a Redis prefix with a brace (it would move the hash tag)", {"names": {"redisPrefix": "fleet{x}:"}},
+         "names.redisPrefix"),
+        ("a topic prefix Kafka refuses", {"names": {"topicPrefix": "in fer."}}, "names.topicPrefix"),
+        ("replication factor 0", {"topics": {"replicationFactor": 0}}, "topics.replicationFactor"),
+        ("a misspelled topic setting", {"topics": {"replication": 3}}, "Additional property replication is not allowed"),
+        ("Strimzi topics without the cluster's name", {"topics": {"strimzi": {"enabled": True}}},
+         "topics.strimzi.cluster"),
     ]
     for label, values, message in cases:
         code, stderr = helm.template(values, expect_failure=True)
@@ -665,6 +770,7 @@ def main():
         ("keda", [keda_file], {}),
         ("secrets", [], secret_scenario()),
         ("secrets-keda", [], {**secret_scenario(), "autoscaling": {"mode": "keda"}}),
+        ("release", [], release_scenario()),
         ("existing", [], {
             "kafka": {"existingSecret": "kafka-client", "sasl": {"enabled": True}},
             "redis": {"existingSecret": "redis-url", "existingSecretKey": "url"},
@@ -700,6 +806,10 @@ def main():
         check_secrets(scenarios["secrets"][0], scenarios["secrets"][1], scenarios["secrets-keda"][1], notes)
     if "existing" in scenarios:
         check_existing(scenarios["existing"][1])
+    if "default" in scenarios and "release" in scenarios:
+        check_topics_and_names(scenarios["default"][1], scenarios["release"][1])
+        check_redis_acl(scenarios["default"][1], scenarios["release"][1])
+    check_strimzi(helm)
     tls = redis_tls_scenarios()
     if all(label in scenarios for label in tls):
         check_redis_tls({label: (scenarios[label][1], expected) for label, (_, expected) in tls.items()}, values)

@@ -5,7 +5,9 @@
   (schemaVersion, uid, unique panel ids, 24-column grid), has a `model`
   variable and the panels operators look for (lag, throughput, queue depth,
   TTL drops, batch size, padding efficiency, p99 latency, GPU memory, dead
-  letters, cache hit ratio);
+  letters, cache hit ratio, serving version and swaps, load failures, error
+  rate by code, in-flight limit, drain rate, OOM splits, producer refusals,
+  HPA desired vs current replicas against lag);
 * every panel query is valid PromQL: the queries (Grafana variables
   replaced) are written as recording rules and run through
   `promtool check rules`, i.e. Prometheus' own parser;
@@ -13,7 +15,9 @@
   with max by (consumergroup, topic, partition) (fleet-lag and every worker export
   the same series);
 * every metric the dashboard and the alerts name (dashboard_metrics.py) is
-  one the workers or fleet-lag export (docs/metrics.md).
+  one the workers, fleet-lag or producers export (docs/metrics.md), or
+  kube-state-metrics' HPA status;
+* every alert's runbook_url names its heading in docs/operations.md.
 
 Prints one line per check; exits 1 if any failed.
 """
@@ -48,7 +52,17 @@ EXPORTED = {
     "fleet_feature_cache_saved_seconds", "fleet_consumer_paused", "fleet_worker_ready",
     "kafka_consumergroup_lag", "kafka_consumergroup_lag_sum",
     "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes",
+    "fleet_errors_total", "fleet_model_version", "fleet_model_swaps_total", "fleet_model_load_failures_total",
+    "fleet_in_flight_limit", "fleet_drain_rate", "fleet_oom_splits_total",
+    # Producers (fleet-producer's admission), when they serve metrics.
+    "fleet_admission_refused_total", "fleet_admission_predicted_wait_seconds",
 }
+# Not the fleet's, but standard in a cluster that runs an HPA.
+KUBE_STATE_METRICS = {
+    "kube_horizontalpodautoscaler_status_desired_replicas",
+    "kube_horizontalpodautoscaler_status_current_replicas",
+}
+OPERATIONS = ROOT / "docs/operations.md"
 
 # Panel titles (lower case) that must exist, each with a metric it must query.
 EXPECTED_PANELS = {
@@ -64,6 +78,14 @@ EXPECTED_PANELS = {
     "gpu memory": "nv_gpu_memory_used_bytes",
     "dead letters": "fleet_dlq_total",
     "feature cache hit ratio": "fleet_feature_cache_hits_total",
+    "serving version and swaps": "fleet_model_version",
+    "load failures": "fleet_model_load_failures_total",
+    "error rate by code": "fleet_errors_total",
+    "in-flight limit and queue depth": "fleet_in_flight_limit",
+    "drain rate": "fleet_drain_rate",
+    "oom splits": "fleet_oom_splits_total",
+    "producer refusals": "fleet_admission_refused_total",
+    "hpa: desired vs current vs lag": "kube_horizontalpodautoscaler_status_desired_replicas",
 }
 
 GRAFANA_VARIABLES = {
@@ -160,7 +182,7 @@ def main():
         names = set()
         for expr in dashboard_exprs(DASHBOARD) + alert_exprs(ALERTS):
             names |= metric_names(expr)
-        unknown = sorted(names - EXPORTED)
+        unknown = sorted(names - EXPORTED - KUBE_STATE_METRICS)
         assert not unknown, f"not exported by the fleet: {unknown}"
         return f"{len(names)} metric names"
 
@@ -168,7 +190,17 @@ def main():
     report("dashboard has the expected panels", expected_panels)
     report("dashboard queries are valid PromQL", promql_valid)
     report("every lag sum deduplicates per partition first (dashboard and alerts)", lag_deduplicated)
+    def runbooks():
+        rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"] if "alert" in r]
+        headings = {m.group(1).lower() for m in re.finditer(r"^### (\S+)\s*$", OPERATIONS.read_text(), re.M)}
+        for rule in rules:
+            url = rule.get("annotations", {}).get("runbook_url", "")
+            assert url == f"docs/operations.md#{rule['alert'].lower()}", f"{rule['alert']}: runbook_url {url!r}"
+            assert rule["alert"].lower() in headings, f"docs/operations.md has no runbook heading for {rule['alert']}"
+        return f"{len(rules)} alerts"
+
     report("every metric in the dashboard and alerts is one the fleet exports", metrics_exported)
+    report("every alert's runbook_url names its runbook in docs/operations.md", runbooks)
     return CHECKS.summary()
 
 

@@ -159,6 +159,28 @@ tls.key: |
 {{- end }}
 {{- end -}}
 
+{{/* The release's name prefixes (fleet_connect::namespace). */}}
+{{- define "fleet.names.env" -}}
+- name: FLEET_TOPIC_PREFIX
+  value: {{ .Values.names.topicPrefix | quote }}
+- name: FLEET_GROUP_PREFIX
+  value: {{ .Values.names.groupPrefix | quote }}
+- name: FLEET_REDIS_PREFIX
+  value: {{ .Values.names.redisPrefix | quote }}
+{{- end -}}
+
+{{/* A PromQL regex matching every consumer group of the release, written
+     as it stands inside a PromQL string in files/*.yml (backslashes doubled). */}}
+{{- define "fleet.groupRegex" -}}
+{{- printf "%s.+" (regexQuoteMeta .Values.names.groupPrefix | replace "\\" "\\\\") -}}
+{{- end -}}
+
+{{/* The same regex of a prefix as it stands in a PromQL string inside the
+     dashboard's JSON (backslashes doubled twice). (list $ "fleet." ) */}}
+{{- define "fleet.jsonPrefixRegex" -}}
+{{- regexQuoteMeta . | replace "\\" "\\\\\\\\" -}}
+{{- end -}}
+
 {{/* Redis ----------------------------------------------------------------- */}}
 
 {{- define "fleet.redis.chartSecret" -}}
@@ -176,6 +198,10 @@ tls.key: |
 {{- end -}}
 
 {{- define "fleet.redis.env" -}}
+{{- if .Values.redis.cluster }}
+- name: FLEET_REDIS_CLUSTER
+  value: "true"
+{{- end }}
 - name: FLEET_REDIS_URL
 {{- if .Values.redis.existingSecret }}
   valueFrom:
@@ -335,8 +361,8 @@ stored under its "models" key, so no number goes through a string:
       "name" $name
       "dns" $dns
       "workerName" (include "fleet.suffixed" (list $root (printf "worker-%s" $dns)))
-      "topic" (printf "infer.%s" $name)
-      "group" (printf "fleet.%s" $name)
+      "topic" (printf "%s%s" $root.Values.names.topicPrefix $name)
+      "group" (printf "%s%s" $root.Values.names.groupPrefix $name)
       "partitions" $partitions
       "maxValueBytes" (int64 (include "fleet.int" (list $m.maxValueBytes 20000000)))
       "min" $min
