@@ -2,7 +2,8 @@
 //! served through a real Redis Cluster of three masters: the worker writes
 //! each answer with one script over the request's two hash-tagged keys (one
 //! slot), the feature cache's lookups span slots, the backlog report is
-//! read by admission, and clients wait with BLPOP through the cluster.
+//! read by admission, and clients (Rust, and Python's redis-py
+//! RedisCluster) wait with BLPOP through the cluster.
 
 mod common;
 
@@ -70,6 +71,28 @@ async fn a_release_with_its_own_prefixes_is_served_through_a_redis_cluster() {
         .wait_for_metric("fleet_feature_cache_hits_total", &[("model", "minilm")], 24.0, Duration::from_secs(30))
         .await;
     assert_eq!(hits, 24.0);
+
+    // The Python client through the cluster (redis-py's RedisCluster), with
+    // the release's prefixes.
+    let python = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/python");
+    let script = "import sys; from fleet_client import FleetClient\n\
+        c = FleetClient(sys.argv[1], sys.argv[2], cluster=True, topic_prefix='blue.infer.', redis_prefix='blue:')\n\
+        c.send_text('minilm', 'cluster-py', 'A client in another language.'); c.flush()\n\
+        a = c.wait('cluster-py', ['minilm'], timeout_s=60)['minilm']\n\
+        print(a['status'], len(a['output']['embedding']), c.admit('minilm') is None)";
+    let (brokers, seed) = (broker.addr.clone(), cluster.urls()[0].clone());
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", script, &brokers, &seed])
+            .current_dir(python)
+            .output()
+            .expect("running python3")
+    })
+    .await
+    .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{printed}{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(printed.trim(), "ok 384 True");
 
     // Admission reads the worker's backlog report through the cluster.
     let mut conn = target.connection(Duration::from_secs(2), Some(Duration::from_secs(2))).await.unwrap();
