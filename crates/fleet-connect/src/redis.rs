@@ -180,17 +180,23 @@ impl RedisConfig {
         self.url.split(',').map(redact).collect::<Vec<_>>().join(",")
     }
 
+    /// The flag of the first TLS file setting given, if any.
+    fn first_tls_file_setting(&self) -> Option<&'static str> {
+        [
+            ("--redis-ca-file", &self.redis_ca_file),
+            ("--redis-client-cert", &self.redis_client_cert),
+            ("--redis-client-key", &self.redis_client_key),
+        ]
+        .into_iter()
+        .find_map(|(setting, path)| path.is_some().then_some(setting))
+    }
+
     /// One server or a cluster, as configured.
     pub fn target(&self) -> Result<RedisTarget, RedisConfigError> {
         if !self.redis_cluster {
             return self.client().map(RedisTarget::Server);
         }
-        let tls_files = [
-            ("--redis-ca-file", &self.redis_ca_file),
-            ("--redis-client-cert", &self.redis_client_cert),
-            ("--redis-client-key", &self.redis_client_key),
-        ];
-        if let Some((setting, _)) = tls_files.iter().find(|(_, path)| path.is_some()) {
+        if let Some(setting) = self.first_tls_file_setting() {
             return Err(RedisConfigError::ClusterTlsFile { setting });
         }
         let seeds: Vec<&str> = self.url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
@@ -205,13 +211,8 @@ impl RedisConfig {
     pub fn client(&self) -> Result<redis::Client, RedisConfigError> {
         let client_error = |source| RedisConfigError::Client { url: self.redacted_url(), source };
         let url = self.url.split(',').next().unwrap_or_default().trim();
-        let tls_files = [
-            ("--redis-ca-file", &self.redis_ca_file),
-            ("--redis-client-cert", &self.redis_client_cert),
-            ("--redis-client-key", &self.redis_client_key),
-        ];
         if !self.is_tls() {
-            if let Some((setting, _)) = tls_files.iter().find(|(_, path)| path.is_some()) {
+            if let Some(setting) = self.first_tls_file_setting() {
                 return Err(RedisConfigError::TlsFileWithoutTls { setting, url: self.redacted_url() });
             }
             return redis::Client::open(url).map_err(client_error);
