@@ -93,12 +93,18 @@ pip_once "$FLEET_VENV/.peer-$FLEET_SENTENCE_TRANSFORMERS_VERSION-$FLEET_CONFLUEN
   "redis==$FLEET_REDIS_PY_VERSION" \
   "torch==$FLEET_TORCH_VERSION" \
   "transformers==$FLEET_TRANSFORMERS_VERSION"
+# The Python client as its users install it (pip install ./clients/python;
+# its dependencies are the ones above). A copy, not a link: the marker holds
+# the digest of its files, so an edit installs it again.
+pip_once "$FLEET_VENV/.fleet-client-$(cat clients/python/pyproject.toml clients/python/fleet_client.py | sha256sum | cut -c1-16)" \
+  "the Python client (clients/python)" "$FLEET_CACHE/logs/venv-client.log" \
+  --no-deps --no-build-isolation ./clients/python
 
 step 3/7 "Kafka-API broker nisshi $FLEET_NISSHI_VERSION ($FLEET_NISSHI_BIN)"
 if [ -x "$FLEET_NISSHI_BIN" ]; then
   ok "cached"
 else
-  echo "    cargo install (about 20 minutes on 2 cores, once per machine; log: $FLEET_CACHE/logs/nisshi.log)"
+  echo "    cargo install (about 11 minutes on 2 cores, once per machine; log: $FLEET_CACHE/logs/nisshi.log)"
   # --ignore-rust-version: nisshi's declared MSRV check fails on newer rustc.
   cargo install "nisshi@$FLEET_NISSHI_VERSION" --locked --ignore-rust-version \
     --no-default-features --features "$FLEET_NISSHI_FEATURES" \
@@ -196,6 +202,17 @@ export_once fixture_topics text --source "$(fixture_source classification)" --ta
   --name "test fixture: topic classifier" --sentences scripts/fixtures/topic-sentences.txt
 export_once fixture_reranker text --source "$(fixture_source rerank)" --task rerank --max-seq-len 128 \
   --name "test fixture: topic reranker" --pairs scripts/fixtures/rerank-queries.json
+# A MiniLM that fails on every input once a file is deleted (the broken-model
+# test; scripts/fixtures/make_fragile.py says why).
+fragile_stamp="models/fixture_fragile/1/.made-$(sha256sum scripts/fixtures/make_fragile.py models/minilm/1/model.pt models/minilm/config.toml | sha256sum | cut -c1-16)"
+if [ -f "$fragile_stamp" ]; then
+  ok "fixture_fragile made"
+else
+  python scripts/fixtures/make_fragile.py models/minilm models/fixture_fragile >"$FLEET_CACHE/logs/fixture-fragile.log" 2>&1 \
+    || { tail -20 "$FLEET_CACHE/logs/fixture-fragile.log"; exit 1; }
+  touch "$fragile_stamp"
+  ok "fixture_fragile made"
+fi
 
 step 6/7 "deployment check tools: helm, kubernetes-validate, promtool (scripts/setup-ops-tools.sh)"
 bash scripts/setup-ops-tools.sh

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 [ -x "$FLEET_NISSHI_BIN" ] || { echo "error: no broker at $FLEET_NISSHI_BIN: run make setup" >&2; exit 1; }
-for model in minilm efficientnet_lite0 efficientnet_lite1 fixture_topics fixture_reranker; do
+for model in minilm efficientnet_lite0 efficientnet_lite1 fixture_topics fixture_reranker fixture_fragile; do
   [ -f "models/$model/1/model.pt" ] || { echo "error: models/$model is not exported: run make setup" >&2; exit 1; }
 done
 export FLEET_MODEL_REPO="$PWD/models"

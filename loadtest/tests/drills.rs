@@ -46,6 +46,13 @@ async fn drill_closes_its_ledger(drill: Drill) {
     assert!(answered_after_fault > 0, "{}: nothing sent after the fault was answered", drill.name());
     assert_eq!(ledger.lost(), 0, "{}: {}", drill.name(), ledger.result_line());
     assert_eq!(ledger.error, 0, "{}: {:?}", drill.name(), ledger.errors_by_code);
+    // `lost` counts expired answers and dead letters as accounted for; each
+    // is bounded on its own. Every request here is valid, so none may be
+    // dead-lettered; and the fault (8 s) is far shorter than the request
+    // TTL (30 s), so none may expire: an expiry would be a request held up
+    // by more than the fault.
+    assert_eq!(ledger.dead_lettered(), 0, "{}: {}", drill.name(), ledger.result_line());
+    assert_eq!(ledger.expired, 0, "{}: {}", drill.name(), ledger.result_line());
     assert!(ledger.ok > 0, "{}: nothing answered ok", drill.name());
     match drill {
         // The fault held requests up for about its length, and they were

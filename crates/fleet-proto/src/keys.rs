@@ -148,6 +148,15 @@ impl Namespace {
         format!("{}feat:{model}:{version}:{precision}:{input_hash}", self.redis_prefix)
     }
 
+    /// `fleet:memory`: a marker the workers keep, with no TTL, to notice that
+    /// Redis lost what they wrote (a restart without persistence, a
+    /// failover to a replica that missed writes, a flush): its value
+    /// changes or it is gone, and the workers replay what a client may
+    /// still wait for. One per namespace, shared by every model's workers.
+    pub fn memory_marker_key(&self) -> String {
+        format!("{}memory", self.redis_prefix)
+    }
+
     /// The glob matching every Redis key of this namespace (for ACL rules).
     pub fn redis_pattern(&self) -> String {
         format!("{}*", self.redis_prefix)
@@ -183,6 +192,7 @@ mod tests {
         assert_eq!(ns.ready_key(&id), "fleet:ready:{r-1}");
         assert_eq!(ns.backlog_key(&m), "fleet:backlog:minilm");
         assert_eq!(ns.feature_key(&m, 2, "bf16", "abc"), "fleet:feat:minilm:2:bf16:abc");
+        assert_eq!(ns.memory_marker_key(), "fleet:memory");
     }
 
     #[test]

@@ -217,14 +217,15 @@ impl Drop for PostgresDatabase {
 }
 
 pub struct Redis {
-    process: Killed,
+    process: Option<Killed>,
     pub port: u16,
+    extra: String,
 }
 
 impl Redis {
     /// The server's pid (for signals).
     pub fn pid(&self) -> u32 {
-        self.process.0.id()
+        self.process.as_ref().expect("redis-server is not running").0.id()
     }
 }
 
@@ -248,17 +249,35 @@ impl Redis {
             .spawn()
             .expect("starting redis-server (run make setup)");
         wait_for_port(port, "redis-server", &mut child);
-        Self { process: Killed(child), port }
+        Self { process: Some(Killed(child)), port, extra: extra.to_owned() }
+    }
+
+    /// A port for a Redis that is not running yet ([`Redis::start_again`]
+    /// starts it): a worker may be started against it first.
+    pub fn not_started() -> Self {
+        Self { process: None, port: free_port(), extra: String::new() }
+    }
+
+    /// SIGKILL: no persistence, so everything written is gone.
+    pub fn kill(&mut self) {
+        self.process = None;
+    }
+
+    /// Starts redis-server (again) on the same port, empty.
+    pub fn start_again(&mut self) {
+        assert!(self.process.is_none(), "redis-server is running");
+        let started = Self::start_on(self.port, &self.extra.clone());
+        *self = started;
     }
 
     /// SIGSTOP / SIGCONT: Redis keeps its connections and data but stops
     /// answering, the hard kind of outage (timeouts, not refusals).
     pub fn freeze(&self) {
-        signal(self.process.0.id(), "-STOP");
+        signal(self.pid(), "-STOP");
     }
 
     pub fn thaw(&self) {
-        signal(self.process.0.id(), "-CONT");
+        signal(self.pid(), "-CONT");
     }
 
     pub fn url(&self) -> String {
@@ -334,6 +353,18 @@ pub fn metric_value(scrape: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// [`metric_value`] of a series that must be there: one the scrape does not
+/// have fails the test instead of reading as 0, so an assertion that a value
+/// is 0 cannot pass because the series is gone or renamed.
+pub fn present_metric_value(scrape: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let present = scrape
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .any(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))));
+    assert!(present, "the scrape has no series {name} with {labels:?}");
+    metric_value(scrape, name, labels)
 }
 
 /// A plain HTTP/1.0 GET on loopback: (status code, body); None when nothing

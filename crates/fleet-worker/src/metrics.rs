@@ -74,6 +74,14 @@ pub const ASSIGNED_PARTITIONS: &str = "fleet_assigned_partitions";
 /// Requests dropped before compute because their partition was revoked
 /// after they were read (the new owner reads them again).
 pub const REVOKED_DROPPED_TOTAL: &str = "fleet_revoked_dropped_total";
+/// Partitions taken from this worker by rebalances.
+pub const PARTITIONS_REVOKED_TOTAL: &str = "fleet_partitions_revoked_total";
+/// Messages read again because Redis lost the answers written for them.
+pub const REPLAYED_TOTAL: &str = "fleet_replayed_total";
+/// Times this worker found that Redis had lost what the fleet wrote.
+pub const REDIS_MEMORY_LOST_TOTAL: &str = "fleet_redis_memory_lost_total";
+/// 1 while the model fails its known-good probe: the worker reads nothing.
+pub const MODEL_BROKEN: &str = "fleet_model_broken";
 
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
@@ -152,6 +160,13 @@ pub fn register(labels: &SeriesLabels) {
     describe_counter!(PANICS_TOTAL, "Panics contained to one message or batch, by stage");
     describe_gauge!(ASSIGNED_PARTITIONS, "Partitions of the model's topic this worker owns now");
     describe_counter!(REVOKED_DROPPED_TOTAL, "Requests dropped before compute: their partition was revoked");
+    describe_counter!(PARTITIONS_REVOKED_TOTAL, "Partitions taken from this worker by rebalances");
+    describe_counter!(REPLAYED_TOTAL, "Messages read again because Redis lost the answers written for them");
+    describe_counter!(
+        REDIS_MEMORY_LOST_TOTAL,
+        "Times Redis was found to have lost what the fleet wrote (restart without persistence, failover, flush)"
+    );
+    describe_gauge!(MODEL_BROKEN, "1 while the model fails its known-good probe: the worker reads nothing");
     fleet_ops::probe::describe();
 
     for status in [Status::Ok, Status::Error, Status::Expired] {
@@ -186,6 +201,9 @@ pub fn register(labels: &SeriesLabels) {
         MODEL_SWAPS_TOTAL,
         OOM_SPLITS_TOTAL,
         REVOKED_DROPPED_TOTAL,
+        REPLAYED_TOTAL,
+        REDIS_MEMORY_LOST_TOTAL,
+        PARTITIONS_REVOKED_TOTAL,
     ] {
         counter!(name).absolute(0);
     }
@@ -197,6 +215,7 @@ pub fn register(labels: &SeriesLabels) {
         DRAIN_RATE,
         SINK_STALLED_SECONDS,
         ASSIGNED_PARTITIONS,
+        MODEL_BROKEN,
     ] {
         gauge!(name).set(0.0);
     }

@@ -3,6 +3,12 @@
 //! in order. A slow stage stops the ones before it instead of letting memory
 //! grow: the admission stage simply stops reading.
 //!
+//! The worker starts without its dependencies: the model loads and warms
+//! whether or not Redis answers, `/healthz` passes and `/ready` names what
+//! it waits for, and reading begins once Redis answers (a broker that is
+//! away is waited for by librdkafka itself). A rollout during an outage
+//! completes instead of crash-looping.
+//!
 //! Shutdown is the same path run dry: reading and the repository watcher
 //! stop, each stage finishes what it holds and closes its output, the sink
 //! writes the last answers, the status reporter withdraws this worker's
@@ -23,6 +29,7 @@ use crate::stages::batch::BatchStage;
 use crate::stages::cache::{CacheStage, FeatureCache};
 use crate::stages::engine::torch::choose_device;
 use crate::stages::engine::{BatchFeedback, EngineCommand, EngineStage};
+use crate::stages::sink::results::ReplicaWait;
 use crate::stages::sink::{DeadLetters, LocalRecord, ResultSink, SinkStage};
 use crate::stages::source::ledger::Ledger;
 use crate::stages::source::Source;
@@ -30,10 +37,15 @@ use crate::status::backlog::BacklogPublisher;
 use crate::status::endpoints;
 use crate::status::gpu::GpuMemory;
 use crate::status::health::Health;
+use crate::status::health::SinkProblem;
+use crate::status::redis_memory::RedisMemory;
 use crate::status::reporter::StatusReporter;
 use crate::versions::first::{load_first, FirstVersion, LoadSettings};
 use crate::versions::watcher::Watcher;
 use anyhow::{bail, Context, Result};
+use fleet_connect::redis::RedisTarget;
+use fleet_proto::clock::now_ms;
+use fleet_proto::{ModelName, Namespace};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -54,6 +66,7 @@ const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 const REPORTER_STOP_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<()> {
+    tokio::pin!(signal);
     let names = args.namespace.namespace()?;
     let device = choose_device(args.device)?;
     // Once, before any libtorch work: batches run one at a time on the
@@ -86,12 +99,12 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     }
     let ttl = &version.config.ttl;
     let redis = args.redis.target()?;
-    let results = ResultSink::connect(&redis, names.clone(), ttl.result_ttl_s, ttl.feature_ttl_s)
-        .await
-        .with_context(|| format!("connecting to Redis at {}", args.redis.redacted_url()))?;
-    let cache = FeatureCache::connect(&redis, names.clone(), args.model.clone(), version.config.task.tag()).await?;
+    if args.redis_wait_replicas > 0 && args.redis.redis_cluster {
+        bail!("--redis-wait-replicas is not supported with --redis-cluster (WAIT covers one node's replicas)");
+    }
+    let replica_wait = (args.redis_wait_replicas > 0)
+        .then_some(ReplicaWait { replicas: args.redis_wait_replicas, timeout: args.redis_wait_timeout });
     let dead_letters = DeadLetters::new(&kafka, names.dlq_topic(&args.model), names.topic(&args.model))?;
-    let backlog = BacklogPublisher::connect(&redis, names.backlog_key(&args.model), args.worker_id()).await?;
 
     let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
     let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
@@ -121,7 +134,27 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     }
     .spawn(warmed.loaded)?;
     health.set_warm();
-    tracing::info!(model = %args.model, version = version.version, "model warm; subscribing");
+    tracing::info!(model = %args.model, version = version.version, "model warm");
+    let redis_parts = RedisParts {
+        target: &redis,
+        names: &names,
+        model: &args.model,
+        worker_id: args.worker_id(),
+        result_ttl_s: ttl.result_ttl_s,
+        feature_ttl_s: ttl.feature_ttl_s,
+        task_tag: version.config.task.tag(),
+        replica_wait,
+    };
+    let redacted_url = args.redis.redacted_url();
+    let connecting = wait_for_redis(redis_parts, &health, &redacted_url);
+    let Connected { results, cache, backlog, memory } = tokio::select! {
+        connected = connecting => connected,
+        _ = &mut signal => {
+            tracing::info!("stopped before Redis answered");
+            return Ok(());
+        }
+    };
+    tracing::info!(model = %args.model, "Redis answers; subscribing");
     let batch_limits = ctx.limits.clone();
     let watcher = Watcher {
         repo: args.model_repo.clone(),
@@ -131,6 +164,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         loader,
         interval: args.model_poll_interval,
         tokenizer,
+        serving_config: version.config.clone(),
         commands: command_tx.clone(),
         feedback: batch_feedback_tx,
         shutdown: reading.clone(),
@@ -152,6 +186,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         busy_us,
         source: source.clone(),
         backlog,
+        memory,
+        replay_window_ms: ttl.request_ttl_ms + ttl.result_ttl_s * 1000,
         health: health.clone(),
         gpu: device.is_cuda().then(open_gpu_memory).flatten(),
         shutdown: reporting,
@@ -216,7 +252,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     // Runs until the signal, or until reading ends on its own (a stage
     // after it is gone).
     let ended_early = tokio::select! {
-        _ = signal => None,
+        _ = &mut signal => None,
         ended = &mut admission => Some(ended),
     };
     stop_reading.fire();
@@ -268,6 +304,69 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What the worker's Redis connections are made from.
+struct RedisParts<'a> {
+    target: &'a RedisTarget,
+    names: &'a Namespace,
+    model: &'a ModelName,
+    worker_id: String,
+    result_ttl_s: u64,
+    feature_ttl_s: u64,
+    task_tag: String,
+    replica_wait: Option<ReplicaWait>,
+}
+
+/// The worker's Redis connections: answers, the feature cache, the backlog
+/// report and the memory marker.
+struct Connected {
+    results: ResultSink,
+    cache: FeatureCache,
+    backlog: BacklogPublisher,
+    memory: RedisMemory,
+}
+
+/// Redis is waited for, not required at start: tried again with a capped
+/// backoff for as long as it takes, each failure on `/ready` ("cannot write
+/// to redis (transient failure): ...") and in the log, never an exit.
+async fn wait_for_redis(parts: RedisParts<'_>, health: &Health, url: &str) -> Connected {
+    const FIRST: Duration = Duration::from_millis(200);
+    const CAP: Duration = Duration::from_secs(5);
+    let mut backoff = FIRST;
+    let mut attempt = 0u64;
+    loop {
+        attempt += 1;
+        match connect_redis(&parts).await {
+            Ok(connected) => {
+                health.set_sink_problem("redis", None, now_ms());
+                return connected;
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                // Once, then every ~minute: the probe carries it meanwhile.
+                if attempt == 1 || attempt % 12 == 0 {
+                    tracing::warn!(redis = url, error = %reason, attempt, "Redis does not answer; waiting for it");
+                }
+                let problem = SinkProblem { class: "transient", target: "redis", reason };
+                health.set_sink_problem("redis", Some(problem), now_ms());
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(CAP);
+    }
+}
+
+async fn connect_redis(parts: &RedisParts<'_>) -> Result<Connected, redis::RedisError> {
+    let RedisParts { target, names, model, .. } = parts;
+    Ok(Connected {
+        results: ResultSink::connect(target, (*names).clone(), parts.result_ttl_s, parts.feature_ttl_s)
+            .await?
+            .with_replica_wait(parts.replica_wait),
+        cache: FeatureCache::connect(target, (*names).clone(), (*model).clone(), parts.task_tag.clone()).await?,
+        backlog: BacklogPublisher::connect(target, names.backlog_key(model), parts.worker_id.clone()).await?,
+        memory: RedisMemory::connect(target, names.memory_marker_key(), parts.worker_id.clone()).await?,
+    })
 }
 
 /// The AIMD in-flight limit the arguments ask for; `None` (fixed at

@@ -39,12 +39,33 @@ async fn against_a_fleet(mut command: Command) -> String {
     stdout
 }
 
+/// The venv's python3 (scripts/env.sh puts it first on PATH), importing
+/// nothing from the checkout: `-P` keeps the script's own folder off
+/// `sys.path`, and it runs elsewhere, so `fleet_client` is the installed
+/// package (`pip install ./clients/python`, done by `make setup`).
+fn installed_python() -> Command {
+    let mut command = Command::new("python3");
+    command.arg("-P").current_dir(std::env::temp_dir());
+    command
+}
+
+#[test]
+fn the_python_client_is_the_installed_package() {
+    let script =
+        "import importlib.metadata as m, fleet_client; print(fleet_client.__file__, m.version('fleet-client'))";
+    let output = installed_python().args(["-c", script]).output().unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "fleet_client is not installed: {}", String::from_utf8_lossy(&output.stderr));
+    let (path, version) = printed.trim().rsplit_once(' ').unwrap();
+    assert!(path.contains("site-packages") && !path.contains("clients/python"), "imported from {path}");
+    // Versioned with the workspace (clients/python/pyproject.toml).
+    assert_eq!(version, env!("CARGO_PKG_VERSION"), "the package's version is not the workspace's");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_sends_waits_fans_out_and_admits() {
-    let python = clients_dir().join("python");
-    // python3 is the venv's (scripts/env.sh puts it first on PATH).
-    let mut command = Command::new("python3");
-    command.arg(python.join("check_client.py")).current_dir(&python);
+    let mut command = installed_python();
+    command.arg(clients_dir().join("python/check_client.py"));
     let stdout = against_a_fleet(command).await;
     assert!(stdout.contains("ok: refused before sending"), "{stdout}");
 }

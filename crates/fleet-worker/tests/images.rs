@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use common::{present_metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient, SendError};
 use fleet_proto::{ContentType, ErrorCode, ModelName, Namespace, RequestId, Status};
 use fleet_worker::stages::engine::labels::{load_labels, top_k};
@@ -128,8 +128,12 @@ async fn photos_are_classified_and_bad_images_answered_with_their_code() {
     }
 
     let scrape = worker.scrape().await;
-    assert_eq!(metric_value(&scrape, "fleet_model_rows_total", &[("model", "efficientnet_lite0")]), 3.0);
-    assert_eq!(metric_value(&scrape, "fleet_image_decode_bytes_in_use", &[]), 0.0, "every reservation returned");
+    assert_eq!(present_metric_value(&scrape, "fleet_model_rows_total", &[("model", "efficientnet_lite0")]), 3.0);
+    assert_eq!(
+        present_metric_value(&scrape, "fleet_image_decode_bytes_in_use", &[]),
+        0.0,
+        "every reservation returned"
+    );
     let offsets = wait_for_commits_at_end(
         &broker,
         &Namespace::default().consumer_group(&model),
@@ -218,8 +222,8 @@ async fn vision_and_text_answer_one_request_in_parallel() {
     // Each request was computed or answered from the feature cache, once.
     for (worker, model) in workers.iter().zip(["efficientnet_lite0", "minilm"]) {
         let scrape = worker.scrape().await;
-        let hits = metric_value(&scrape, "fleet_feature_cache_hits_total", &[("model", model)]);
-        let rows = metric_value(&scrape, "fleet_model_rows_total", &[("model", model)]);
+        let hits = present_metric_value(&scrape, "fleet_feature_cache_hits_total", &[("model", model)]);
+        let rows = present_metric_value(&scrape, "fleet_model_rows_total", &[("model", model)]);
         assert_eq!(hits + rows, 4.0, "{model}: {rows} computed, {hits} from the cache");
     }
     for mut worker in workers {

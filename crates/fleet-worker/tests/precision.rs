@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{metric_value, serial, Broker, Redis, Worker};
+use common::{present_metric_value, serial, Broker, Redis, Worker};
 use fleet_producer::summary::cosine;
 use fleet_producer::{FleetProducer, Request, ResultClient};
 use fleet_proto::{ModelName, RequestId, Status};
@@ -92,8 +92,11 @@ async fn a_bf16_worker_answers_within_cosine_0_999_of_the_fp32_reference() {
     eprintln!("bf16: worst cosine against Python's fp32 reference {worst}");
     assert!(worst >= 0.999, "bf16 embeddings: worst cosine {worst}");
     let scrape = worker.scrape().await;
-    assert_eq!(metric_value(&scrape, "fleet_model_precision", &[("model", "minilm"), ("precision", "bf16")]), 1.0);
-    assert_eq!(metric_value(&scrape, "fleet_model_precision", &[("precision", "fp32")]), 0.0);
+    assert_eq!(
+        present_metric_value(&scrape, "fleet_model_precision", &[("model", "minilm"), ("precision", "bf16")]),
+        1.0
+    );
+    assert_eq!(present_metric_value(&scrape, "fleet_model_precision", &[("precision", "fp32")]), 0.0);
     let _ = std::fs::remove_dir_all(repo);
 }
 
@@ -105,7 +108,10 @@ async fn auto_on_a_cpu_without_bf16_serves_fp32() {
     let (worst, worker) = serve_reference(&repo, &["--cpu-features", "none"], &redis, &broker).await;
     assert!(worst >= 0.9999, "fp32 embeddings: worst cosine {worst}");
     let scrape = worker.scrape().await;
-    assert_eq!(metric_value(&scrape, "fleet_model_precision", &[("model", "minilm"), ("precision", "fp32")]), 1.0);
-    assert_eq!(metric_value(&scrape, "fleet_model_precision", &[("precision", "bf16")]), 0.0);
+    assert_eq!(
+        present_metric_value(&scrape, "fleet_model_precision", &[("model", "minilm"), ("precision", "fp32")]),
+        1.0
+    );
+    assert_eq!(present_metric_value(&scrape, "fleet_model_precision", &[("precision", "bf16")]), 0.0);
     let _ = std::fs::remove_dir_all(repo);
 }

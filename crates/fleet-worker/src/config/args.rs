@@ -53,7 +53,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "FLEET_IN_FLIGHT_TARGET_WAIT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub in_flight_target_wait: std::time::Duration,
     /// Reading resumes once both holdings fall to this percentage of their limits.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=99))]
+    #[arg(long, env = "FLEET_LOW_WATER_PERCENT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=99))]
     pub low_water_percent: u8,
     /// librdkafka's prefetch cap per assigned partition, KiB
     /// (queued.max.messages.kbytes: each partition has its own queue).
@@ -64,8 +64,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "FLEET_DRAIN_TIMEOUT", default_value = "25s", value_parser = humantime::parse_duration)]
     pub drain_timeout: std::time::Duration,
     /// Liveness fails when the worker holds messages and has written no
-    /// answer for longer than this (a stuck sink or engine): Kubernetes
-    /// restarts it instead of leaving its partitions served by nobody.
+    /// answer for longer than this while Redis and the broker answer (a
+    /// stuck sink or engine), or when its model has failed its known-good
+    /// probe for longer: Kubernetes restarts it. A dependency that is away
+    /// never fails liveness (only /ready).
     #[arg(long, env = "FLEET_STALL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub stall_timeout: std::time::Duration,
     /// This worker's name in the backlog report; default: $HOSTNAME (the pod), else pid.
@@ -91,6 +93,17 @@ pub struct WorkerArgs {
     /// `memory_fraction` minus what the loaded model takes.
     #[arg(long, env = "FLEET_ENGINE_MEMORY_LIMIT_BYTES")]
     pub engine_memory_limit_bytes: Option<u64>,
+    /// Before an answer's offset may move on, wait until this many Redis
+    /// replicas have acknowledged the write (Redis WAIT): a failover to a
+    /// replica then cannot lose it. 0: the primary's acknowledgement is
+    /// enough (a loss is noticed and replayed instead). Not with
+    /// --redis-cluster.
+    #[arg(long, env = "FLEET_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+    /// How long one WAIT may take; fewer replicas by then is a failed write,
+    /// retried (the answer is held, uncommitted).
+    #[arg(long, env = "FLEET_REDIS_WAIT_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub redis_wait_timeout: std::time::Duration,
     /// How often the model repository is checked for a new version or pin.
     #[arg(long, env = "FLEET_MODEL_POLL_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub model_poll_interval: std::time::Duration,

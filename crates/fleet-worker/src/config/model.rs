@@ -15,7 +15,7 @@ pub enum ModelKind {
 }
 
 /// `models/<model>/config.toml`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub kind: ModelKind,
@@ -34,7 +34,7 @@ pub struct ModelConfig {
 
 /// `[device]`: precision and device memory. The memory fraction applies on
 /// CUDA; on CPU the memory limit is `--engine-memory-limit-bytes`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceConfig {
     #[serde(default)]
@@ -91,7 +91,7 @@ pub enum Precision {
     Fp16,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TextConfig {
     pub max_seq_len: usize,
@@ -107,7 +107,7 @@ pub struct TextConfig {
     pub inputs: Vec<TextInput>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageConfig {
     /// The model's input is `size × size` RGB.
@@ -142,7 +142,7 @@ impl ImageConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchingConfig {
     pub max_batch_size: usize,
@@ -158,7 +158,7 @@ pub struct BatchingConfig {
     pub buckets: Option<Vec<usize>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum OneOrPerBucket {
     One(u64),
@@ -184,7 +184,7 @@ impl BatchingConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TtlConfig {
     #[serde(default = "default_request_ttl_ms")]
@@ -244,6 +244,21 @@ pub enum ConfigError {
 }
 
 impl ModelConfig {
+    /// The sections of `config.toml` in which `other` differs from this
+    /// one, the version pin aside (a pin is the lifecycle's to follow).
+    pub fn differences_from(&self, other: &ModelConfig) -> Vec<&'static str> {
+        let sections = [
+            ("kind", self.kind == other.kind),
+            ("[text]", self.text == other.text),
+            ("[image]", self.image == other.image),
+            ("[task]", self.task == other.task),
+            ("[batching]", self.batching == other.batching),
+            ("[ttl]", self.ttl == other.ttl),
+            ("[device]", self.device == other.device),
+        ];
+        sections.into_iter().filter(|(_, same)| !same).map(|(name, _)| name).collect()
+    }
+
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let raw =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;

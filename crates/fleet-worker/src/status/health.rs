@@ -2,8 +2,13 @@
 //!
 //! Liveness is "a restart would help": the engine thread or a stage task has
 //! died, or the worker holds messages and has written no answer (nor dead
-//! letter) for longer than the stall bound: a stuck sink or engine that
-//! would otherwise hold its partitions forever behind green probes.
+//! letter) for longer than the stall bound *while its dependencies answer*:
+//! a wedge inside the process that would otherwise hold its partitions
+//! forever behind green probes. A dependency that is away (Redis, the
+//! broker, the DLQ topic) is never a liveness fault, however long it lasts:
+//! a restart cannot bring it back, it only adds a crash loop and a model
+//! warm-up on top of the outage. The stall clock starts again when the last
+//! dependency fault clears.
 //! Readiness is "the worker can do its job now": the model is warm, the
 //! broker and Redis answered recently, and the sink is not failing to write.
 //! The verdicts are pure functions of the facts and the time, so their
@@ -38,9 +43,13 @@ pub struct Health {
     last_answer_ms: AtomicU64,
     /// Holding messages with no answer for longer than this is a stall.
     stall_after_ms: AtomicU64,
+    /// The last moment a dependency was seen failing (0: never).
+    dependency_fault_ms: AtomicU64,
     /// The current failure of each write target (redis, dlq), while it lasts.
     sink_problems: Mutex<Vec<SinkProblem>>,
     stopped_stage: Mutex<Option<&'static str>>,
+    /// Since when (Unix ms) and why the model fails its known-good probe.
+    model_broken: Mutex<Option<(u64, String)>>,
 }
 
 /// A copy of the facts at one moment.
@@ -56,9 +65,13 @@ pub struct Facts {
     /// Unix ms of the last answer written; 0 = none yet.
     pub last_answer_ms: u64,
     pub stall_after_ms: u64,
+    /// Unix ms a dependency was last seen failing; 0 = never.
+    pub dependency_fault_ms: u64,
     /// What each failing write target reports now.
     pub sink_problems: Vec<SinkProblem>,
     pub stopped_stage: Option<&'static str>,
+    /// Since when (Unix ms) and why the model fails its known-good probe.
+    pub model_broken: Option<(u64, String)>,
 }
 
 impl Health {
@@ -103,8 +116,17 @@ impl Health {
         self.last_answer_ms.store(now_ms, Ordering::Relaxed);
     }
 
+    /// A dependency failed just now (a write, a report): the stall clock
+    /// waits for it.
+    pub fn dependency_failed(&self, now_ms: u64) {
+        self.dependency_fault_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
     /// `target`'s writes fail now for `problem`, or (`None`) work again.
-    pub fn set_sink_problem(&self, target: &'static str, problem: Option<SinkProblem>) {
+    pub fn set_sink_problem(&self, target: &'static str, problem: Option<SinkProblem>, now_ms: u64) {
+        if problem.is_some() {
+            self.dependency_failed(now_ms);
+        }
         let mut problems = lock(&self.sink_problems);
         problems.retain(|p| p.target != target);
         problems.extend(problem);
@@ -116,6 +138,26 @@ impl Health {
         lock(&self.sink_problems).iter().any(|p| p.class == "fleet")
     }
 
+    /// The model failed its known-good probe (`Some(reason)`), or passes it
+    /// again (`None`). The start of an unbroken failure is kept.
+    pub fn set_model_broken(&self, reason: Option<String>, now_ms: u64) {
+        let mut broken = lock(&self.model_broken);
+        *broken = match (broken.take(), reason) {
+            (_, None) => None,
+            (Some((since, _)), Some(reason)) => Some((since, reason)),
+            (None, Some(reason)) => Some((now_ms, reason)),
+        };
+    }
+
+    pub fn model_broken(&self) -> bool {
+        lock(&self.model_broken).is_some()
+    }
+
+    /// Whether reading must stop: a write no retry cures, or a broken model.
+    pub fn must_stop_reading(&self) -> bool {
+        self.sink_blocked() || self.model_broken()
+    }
+
     pub fn facts(&self) -> Facts {
         Facts {
             warm: self.warm.load(Ordering::Relaxed),
@@ -125,8 +167,10 @@ impl Health {
             holding_since_ms: self.holding_since_ms.load(Ordering::Relaxed),
             last_answer_ms: self.last_answer_ms.load(Ordering::Relaxed),
             stall_after_ms: self.stall_after_ms.load(Ordering::Relaxed),
+            dependency_fault_ms: self.dependency_fault_ms.load(Ordering::Relaxed),
             sink_problems: lock(&self.sink_problems).clone(),
             stopped_stage: *lock(&self.stopped_stage),
+            model_broken: lock(&self.model_broken).clone(),
         }
     }
 }
@@ -135,13 +179,32 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// How long the worker has held messages without writing any answer (0
-/// while it holds none, or answered since it began holding).
+/// How long the worker has held messages without writing any answer while
+/// its dependencies answered (0 while it holds none, or answered, or saw a
+/// dependency fail since it began holding).
 pub fn stalled_ms(facts: &Facts, now_ms: u64) -> u64 {
     if facts.holding_since_ms == 0 {
         return 0;
     }
-    now_ms.saturating_sub(facts.holding_since_ms.max(facts.last_answer_ms))
+    now_ms.saturating_sub(facts.holding_since_ms.max(facts.last_answer_ms).max(facts.dependency_fault_ms))
+}
+
+/// What the worker waits for outside itself now: a dependency that has not
+/// answered recently, or a write target that fails. Each is a readiness
+/// fault, never a liveness one.
+pub fn dependency_problems(facts: &Facts, now_ms: u64) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (what, at) in [("broker", facts.broker_ok_ms), ("redis", facts.redis_ok_ms)] {
+        if at == 0 {
+            problems.push(format!("{what} not reached yet"));
+        } else if now_ms.saturating_sub(at) > STALE_AFTER_MS {
+            problems.push(format!("{what} unanswered for {} ms", now_ms - at));
+        }
+    }
+    for problem in &facts.sink_problems {
+        problems.push(format!("cannot write to {} ({} failure): {}", problem.target, problem.class, problem.reason));
+    }
+    problems
 }
 
 /// Liveness: only what a restart would fix.
@@ -153,10 +216,26 @@ pub fn liveness(facts: &Facts, now_ms: u64) -> Result<(), String> {
     if let Some(stage) = facts.stopped_stage {
         problems.push(format!("the {stage} stage has stopped"));
     }
+    // A sticky device fault (a CUDA context that errors on every call) is
+    // what a restart cures: after the bound, not at once (the partitions
+    // have moved to other members by then; a blip must not restart).
+    if let Some((since, reason)) = &facts.model_broken {
+        let broken_ms = now_ms.saturating_sub(*since);
+        if broken_ms > facts.stall_after_ms {
+            problems.push(format!("the model has failed its known-good probe for {} s: {reason}", broken_ms / 1000));
+        }
+    }
     let stalled = stalled_ms(facts, now_ms);
-    if stalled > facts.stall_after_ms {
-        let why: String = facts.sink_problems.iter().map(|p| format!(" ({}: {})", p.target, p.reason)).collect();
-        problems.push(format!("holds messages and has written no answer for {} s{why}", stalled / 1000));
+    // While a dependency fails, or has not answered since the stall began
+    // (a write hanging on a frozen Redis has not failed yet), holding
+    // messages is waiting, not a wedge.
+    let since = now_ms.saturating_sub(stalled);
+    let answered_since = facts.redis_ok_ms > since && facts.broker_ok_ms > since;
+    if stalled > facts.stall_after_ms && answered_since && dependency_problems(facts, now_ms).is_empty() {
+        problems.push(format!(
+            "holds messages and has written no answer for {} s while Redis and the broker answer",
+            stalled / 1000
+        ));
     }
     verdict(problems)
 }
@@ -167,16 +246,10 @@ pub fn readiness(facts: &Facts, now_ms: u64) -> Result<(), String> {
     if !facts.warm {
         problems.push("model not warm yet".to_owned());
     }
-    for (what, at) in [("broker", facts.broker_ok_ms), ("redis", facts.redis_ok_ms)] {
-        if at == 0 {
-            problems.push(format!("{what} not reached yet"));
-        } else if now_ms.saturating_sub(at) > STALE_AFTER_MS {
-            problems.push(format!("{what} unanswered for {} ms", now_ms - at));
-        }
+    if let Some((_, reason)) = &facts.model_broken {
+        problems.push(format!("model broken (its known-good probe fails): {reason}"));
     }
-    for problem in &facts.sink_problems {
-        problems.push(format!("cannot write to {} ({} failure): {}", problem.target, problem.class, problem.reason));
-    }
+    problems.extend(dependency_problems(facts, now_ms));
     if let Err(dead) = liveness(facts, now_ms) {
         problems.push(dead);
     }
@@ -207,8 +280,10 @@ mod tests {
             holding_since_ms: 0,
             last_answer_ms: NOW - 100,
             stall_after_ms: STALL,
+            dependency_fault_ms: 0,
             sink_problems: Vec::new(),
             stopped_stage: None,
+            model_broken: None,
         }
     }
 
@@ -249,21 +324,102 @@ mod tests {
         // Holding for long but answering all along: not a stall.
         let busy = Facts { holding_since_ms: NOW - 600_000, last_answer_ms: NOW - 200, ..healthy() };
         assert_eq!(liveness(&busy, NOW), Ok(()));
-        // Holding, no answer for longer than the bound: restart me.
-        let problem = SinkProblem { class: "fleet", target: "redis", reason: "NOPERM".into() };
-        let stuck = Facts {
-            holding_since_ms: NOW - 600_000,
-            last_answer_ms: NOW - STALL - 1_000,
-            sink_problems: vec![problem],
-            ..healthy()
-        };
+        // Holding, no answer for longer than the bound while Redis and
+        // the broker answer: a wedge inside; restart me.
+        let stuck = Facts { holding_since_ms: NOW - 600_000, last_answer_ms: NOW - STALL - 1_000, ..healthy() };
         assert_eq!(
             liveness(&stuck, NOW),
-            Err("holds messages and has written no answer for 61 s (redis: NOPERM)".into())
+            Err("holds messages and has written no answer for 61 s while Redis and the broker answer".into())
         );
         // Holding nothing is never a stall, however old the last answer.
         let quiet = Facts { last_answer_ms: 1, ..healthy() };
         assert_eq!((stalled_ms(&quiet, NOW), liveness(&quiet, NOW)), (0, Ok(())));
+    }
+
+    #[test]
+    fn a_dependency_away_for_ten_minutes_is_never_a_liveness_fault() {
+        let held = |f: Facts| Facts { holding_since_ms: NOW - 600_000, last_answer_ms: NOW - 600_000, ..f };
+        let refused = SinkProblem { class: "fleet", target: "redis", reason: "NOPERM".into() };
+        let down = SinkProblem { class: "transient", target: "dlq", reason: "all brokers down".into() };
+        let away = [
+            held(Facts { redis_ok_ms: NOW - 600_000, dependency_fault_ms: NOW - 1_000, ..healthy() }),
+            held(Facts { broker_ok_ms: NOW - 600_000, ..healthy() }),
+            held(Facts { redis_ok_ms: 0, ..healthy() }),
+            held(Facts { sink_problems: vec![refused], dependency_fault_ms: NOW, ..healthy() }),
+            held(Facts { sink_problems: vec![down], ..healthy() }),
+        ];
+        for facts in away {
+            assert_eq!(liveness(&facts, NOW), Ok(()), "{facts:?}");
+            assert!(readiness(&facts, NOW).is_err(), "not ready while waiting: {facts:?}");
+        }
+    }
+
+    #[test]
+    fn a_dependency_silent_since_the_stall_began_is_waited_for() {
+        // A short stall bound; Redis froze 5.5 s ago, before the messages
+        // now held arrived: not stale yet, and no write has failed yet (it
+        // hangs). A wait, not a wedge.
+        let frozen = Facts {
+            stall_after_ms: 3_000,
+            holding_since_ms: NOW - 5_000,
+            last_answer_ms: NOW - 6_000,
+            redis_ok_ms: NOW - 5_500,
+            ..healthy()
+        };
+        assert!(dependency_problems(&frozen, NOW).is_empty(), "not stale yet");
+        assert_eq!(liveness(&frozen, NOW), Ok(()));
+        // The same with Redis answering since: a wedge inside.
+        let wedged = Facts { redis_ok_ms: NOW - 200, ..frozen };
+        assert!(liveness(&wedged, NOW).is_err());
+    }
+
+    #[test]
+    fn the_stall_clock_starts_when_the_last_dependency_fault_clears() {
+        // Redis was away for ten minutes and answers again since 5 s ago:
+        // the worker gets the whole bound to write before it counts as wedged.
+        let back = Facts {
+            holding_since_ms: NOW - 600_000,
+            last_answer_ms: NOW - 600_000,
+            dependency_fault_ms: NOW - 5_000,
+            ..healthy()
+        };
+        assert_eq!(stalled_ms(&back, NOW), 5_000);
+        assert_eq!(liveness(&back, NOW), Ok(()));
+        let later = NOW + STALL;
+        let still_silent = Facts { broker_ok_ms: later - 100, redis_ok_ms: later - 100, ..back };
+        assert!(liveness(&still_silent, later).is_err(), "no answer for the whole bound since: a wedge");
+    }
+
+    #[test]
+    fn a_dependency_fault_moves_the_clock_forward_only() {
+        let health = Health::new(STALL);
+        health.dependency_failed(50);
+        health.dependency_failed(20);
+        assert_eq!(health.facts().dependency_fault_ms, 50);
+        let problem = SinkProblem { class: "transient", target: "redis", reason: "x".into() };
+        health.set_sink_problem("redis", Some(problem), 70);
+        assert_eq!(health.facts().dependency_fault_ms, 70);
+        health.set_sink_problem("redis", None, 90);
+        assert_eq!(health.facts().dependency_fault_ms, 70, "clearing is not a fault");
+    }
+
+    #[test]
+    fn a_broken_model_is_unready_at_once_and_dead_after_the_bound() {
+        let broken = Facts { model_broken: Some((NOW - 1_000, "CUDA error".into())), ..healthy() };
+        assert_eq!(readiness(&broken, NOW), Err("model broken (its known-good probe fails): CUDA error".into()));
+        assert_eq!(liveness(&broken, NOW), Ok(()), "not restarted for a blip");
+        let later = NOW + STALL;
+        assert_eq!(
+            liveness(&broken, later),
+            Err(format!("the model has failed its known-good probe for {} s: CUDA error", (STALL + 1_000) / 1000))
+        );
+        let health = Health::new(STALL);
+        health.set_model_broken(Some("a".into()), 10);
+        health.set_model_broken(Some("b".into()), 20);
+        assert_eq!(health.facts().model_broken, Some((10, "b".into())), "the start of the failure is kept");
+        assert!(health.must_stop_reading());
+        health.set_model_broken(None, 30);
+        assert!(!health.must_stop_reading());
     }
 
     #[test]
@@ -278,12 +434,12 @@ mod tests {
     fn each_target_reports_and_clears_its_own_problem() {
         let health = Health::new(STALL);
         let problem = |target, class| SinkProblem { class, target, reason: "x".into() };
-        health.set_sink_problem("dlq", Some(problem("dlq", "fleet")));
-        health.set_sink_problem("redis", Some(problem("redis", "transient")));
+        health.set_sink_problem("dlq", Some(problem("dlq", "fleet")), 1);
+        health.set_sink_problem("redis", Some(problem("redis", "transient")), 2);
         assert!(health.sink_blocked());
-        health.set_sink_problem("redis", None);
+        health.set_sink_problem("redis", None, 3);
         assert!(health.sink_blocked(), "redis working again does not clear the DLQ's problem");
-        health.set_sink_problem("dlq", None);
+        health.set_sink_problem("dlq", None, 4);
         assert!(!health.sink_blocked());
         assert!(health.facts().sink_problems.is_empty());
     }

@@ -1,13 +1,16 @@
 //! The status reporter: every second, this worker's backlog into Redis
 //! (producer admission), which doubles as the broker and Redis health
-//! check; every few seconds the group's lag and the GPU's memory into the
-//! metrics; and the readiness and stall gauges from the health facts.
+//! check, and a look at whether Redis forgot what the fleet wrote (then a
+//! replay of what a client may still wait for); every few seconds the
+//! group's lag and the GPU's memory into the metrics; and the readiness and
+//! stall gauges from the health facts.
 
 use super::backlog::BacklogPublisher;
 use super::drain_rate::DrainMeter;
 use super::gpu::GpuMemory;
 use super::health::{self, Health};
-use crate::metrics::{DRAIN_RATE, SINK_STALLED_SECONDS, WORKER_READY};
+use super::redis_memory::{Memory, RedisMemory};
+use crate::metrics::{DRAIN_RATE, REDIS_MEMORY_LOST_TOTAL, REPLAYED_TOTAL, SINK_STALLED_SECONDS, WORKER_READY};
 use crate::shutdown::Shutdown;
 use crate::stages::source::Source;
 use fleet_proto::clock::now_ms;
@@ -28,6 +31,10 @@ pub struct StatusReporter {
     pub busy_us: Arc<AtomicU64>,
     pub source: Arc<Source>,
     pub backlog: BacklogPublisher,
+    pub memory: RedisMemory,
+    /// How far back a replay reads when Redis forgot: the longest a client
+    /// may still wait for an answer (request TTL + result TTL), ms.
+    pub replay_window_ms: u64,
     pub health: Arc<Health>,
     /// NVML, on CUDA workers where the driver has it.
     pub gpu: Option<GpuMemory>,
@@ -38,6 +45,8 @@ impl StatusReporter {
     pub async fn run(mut self) {
         let ready_gauge = metrics::gauge!(WORKER_READY);
         let mut drain = DrainMeter::default();
+        let mut replay_from: Option<i64> = None;
+        let mut left_group = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for count in 0u64.. {
@@ -46,6 +55,8 @@ impl StatusReporter {
                 _ = tick.tick() => {}
             }
             self.report_backlog(&mut drain).await;
+            self.look_at_redis_memory(&mut replay_from).await;
+            self.follow_the_model(&mut left_group);
             let with_lag = count % LAG_EVERY_TICKS == 0;
             // After the backlog is out: the lag asks about every partition
             // of the topic and may take seconds on a loaded broker.
@@ -84,10 +95,65 @@ impl StatusReporter {
                 // their sends after that time to it.
                 match self.backlog.publish(snapshot.messages, snapshot.as_of_ms, rate).await {
                     Ok(()) => self.health.redis_answered(now_ms()),
-                    Err(e) => tracing::debug!(error = %e, "backlog not published"),
+                    Err(e) => {
+                        self.health.dependency_failed(now_ms());
+                        tracing::debug!(error = %e, "backlog not published");
+                    }
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "backlog not measured"),
+            Err(e) => {
+                self.health.dependency_failed(now_ms());
+                tracing::debug!(error = %e, "backlog not measured");
+            }
+        }
+    }
+
+    /// Looks at the marker; when Redis forgot, reads again what a client may
+    /// still wait for. A replay that fails is tried again every tick, from
+    /// the same point in time.
+    async fn look_at_redis_memory(&mut self, replay_from: &mut Option<i64>) {
+        match self.memory.look(now_ms()).await {
+            Ok(Memory::Forgotten) => {
+                metrics::counter!(REDIS_MEMORY_LOST_TOTAL).increment(1);
+                let from = now_ms().saturating_sub(self.replay_window_ms) as i64;
+                tracing::error!(
+                    replay_window_s = self.replay_window_ms / 1000,
+                    "Redis lost what the fleet wrote (restart without persistence, failover or flush); \
+                     replaying what a client may still wait for"
+                );
+                *replay_from = Some(replay_from.map_or(from, |earlier| earlier.min(from)));
+            }
+            Ok(Memory::FirstLook | Memory::Kept) => {}
+            Err(e) => tracing::debug!(error = %e, "Redis memory marker not read"),
+        }
+        let Some(from) = *replay_from else { return };
+        let source = self.source.clone();
+        match tokio::task::spawn_blocking(move || source.replay_since(from, Duration::from_secs(5))).await {
+            Ok(Ok(messages)) => {
+                metrics::counter!(REPLAYED_TOTAL).increment(messages);
+                tracing::warn!(messages, "replay begun: these messages are read and answered again");
+                *replay_from = None;
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "replay not begun; trying again"),
+            Err(e) => tracing::warn!(error = %e, "replay panicked; trying again"),
+        }
+    }
+
+    /// A broken model leaves the group, so its partitions go to healthy
+    /// members; one that works again (a new version swapped in) rejoins.
+    fn follow_the_model(&self, left_group: &mut bool) {
+        let broken = self.health.model_broken();
+        if broken == *left_group {
+            return;
+        }
+        if broken {
+            self.source.leave_group();
+            *left_group = true;
+        } else {
+            match self.source.rejoin_group() {
+                Ok(()) => *left_group = false,
+                Err(e) => tracing::warn!(error = %e, "cannot join the group again; trying again"),
+            }
         }
     }
 

@@ -31,10 +31,13 @@ pub enum RefusalReason {
     WarmUp,
     /// Its tokenizer differs from the serving one: it needs a restart.
     TokenizerChanged,
+    /// The model's config.toml changed since the serving version loaded:
+    /// its limits, TTLs and task apply at start, so it needs a restart.
+    ConfigChanged,
 }
 
 impl RefusalReason {
-    pub const ALL: [Self; 4] = [Self::Load, Self::Signature, Self::WarmUp, Self::TokenizerChanged];
+    pub const ALL: [Self; 5] = [Self::Load, Self::Signature, Self::WarmUp, Self::TokenizerChanged, Self::ConfigChanged];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -42,6 +45,7 @@ impl RefusalReason {
             Self::Signature => "signature",
             Self::WarmUp => "warm_up",
             Self::TokenizerChanged => "tokenizer_changed",
+            Self::ConfigChanged => "config_changed",
         }
     }
 
@@ -158,7 +162,7 @@ fn load_version(version: &ModelVersion, ctx: &LoadContext) -> Result<Warmed, Ref
         seconds = started.elapsed().as_secs_f64(),
         "model version loaded and warm"
     );
-    Ok(Warmed { loaded: Loaded { model, version: version.version }, warm })
+    Ok(Warmed { loaded: Loaded { model, version: version.version, probe: ctx.sample.clone() }, warm })
 }
 
 /// The inputs `version`'s precision is judged on: its reference photos

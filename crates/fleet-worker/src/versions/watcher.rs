@@ -2,11 +2,20 @@
 //! interval; a new version (or a changed pin) is loaded and warmed up beside
 //! the serving one (the [`load`](super::load) path) and only then handed to
 //! the engine as a swap. A version refused keeps the old one serving.
+//!
+//! A swap is the whole version or nothing. The module (and with it the
+//! answer's task) changes at a batch boundary, but the input limits, batch
+//! limits and TTLs are fixed at start across the stages; so a version whose
+//! `config.toml` differs in anything but the pin is not swapped in half
+//! applied: it is refused, with the sections named in the log and the
+//! `config_changed` refusal counted, until the config is as the serving
+//! version's again or the workers restart (a rolling update) to serve it.
 
 use super::lifecycle::{self, Decision};
 use super::load::{LoadContext, Loader, RefusalReason, Refused};
 use super::repository;
-use crate::config::ModelVersion;
+use crate::config::{ModelConfig, ModelVersion};
+use crate::metrics::MODEL_LOAD_FAILURES_TOTAL;
 use crate::serving::ServingVersion;
 use crate::shutdown::Shutdown;
 use crate::stages::engine::error::EngineError;
@@ -27,6 +36,8 @@ pub struct Watcher {
     /// The tokenizer.json the worker tokenizes with (text models): a
     /// version with another one cannot be swapped in under it.
     pub tokenizer: Option<Vec<u8>>,
+    /// The config the worker started with: what its stages apply.
+    pub serving_config: ModelConfig,
     pub commands: mpsc::Sender<EngineCommand>,
     /// Row caps the new version's warm-up found, for the batch stage.
     pub feedback: mpsc::UnboundedSender<BatchFeedback>,
@@ -42,6 +53,7 @@ impl Watcher {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         let mut warned_pin = None;
+        let mut warned_config = None;
         // The version last handed to the engine: its swap may still be queued
         // behind a batch, so the serving version may not show it yet.
         let mut handed_over = self.serving.get();
@@ -80,6 +92,24 @@ impl Watcher {
             };
             warned_pin = None;
             let fingerprint = scan.versions.get(&next).copied().flatten();
+            let changed = self.serving_config.differences_from(&config);
+            if !changed.is_empty() {
+                // Not a refusal of the version's files: the config may be
+                // put back, and the version then swapped in.
+                if warned_config.as_ref() != Some(&(next, changed.clone())) {
+                    metrics::counter!(MODEL_LOAD_FAILURES_TOTAL, "reason" => RefusalReason::ConfigChanged.as_str())
+                        .increment(1);
+                    tracing::error!(
+                        version = next,
+                        changed = ?changed,
+                        "config.toml differs from the serving version's; its limits, TTLs and task apply at start: \
+                         restart the workers (rolling update) to serve it; the serving version stays"
+                    );
+                    warned_config = Some((next, changed));
+                }
+                continue;
+            }
+            warned_config = None;
             let version = repository::version(&self.repo, &self.model, next, config);
             if let Some(refused) = self.tokenizer_changed(&version) {
                 self.loader.refuse(refused, fingerprint);

@@ -4,7 +4,7 @@
 #![allow(dead_code, unused_imports)]
 
 use fleet_proto::{ModelName, Namespace};
-pub use fleet_testkit::{free_port, http_get, log_file, metric_value, signal, Broker, Redis};
+pub use fleet_testkit::{free_port, http_get, log_file, metric_value, present_metric_value, signal, Broker, Redis};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -40,8 +40,24 @@ impl Worker {
 
     /// `extra` names the Redis to use (`--redis` and any TLS settings).
     pub fn start_with_redis_args(model: &str, broker: &Broker, extra: &[&str]) -> Self {
+        Self::spawn(model, broker, extra, None)
+    }
+
+    /// [`Worker::start`] with `dir` as the worker's working directory.
+    pub fn start_in(dir: &std::path::Path, model: &str, broker: &Broker, redis: &Redis, extra: &[&str]) -> Self {
+        let url = redis.url();
+        let mut args = extra.to_vec();
+        args.extend(["--redis", url.as_str()]);
+        Self::spawn(model, broker, &args, Some(dir))
+    }
+
+    fn spawn(model: &str, broker: &Broker, extra: &[&str], dir: Option<&std::path::Path>) -> Self {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(worker_bin())
+        let mut command = Command::new(worker_bin());
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
+        let child = command
             .args(["--model", model, "--brokers", &broker.addr])
             // The shipped models, unless the test gives its own repository.
             .args(if extra.contains(&"--model-repo") { vec![] } else { vec!["--model-repo".into(), model_repo()] })

@@ -187,3 +187,12 @@ fn each_bad_signature_key_is_refused_by_name() {
     );
     assert_eq!(parse(&ok).unwrap().image().unwrap().layout, signature::ImageLayout::NchwFloat);
 }
+
+#[test]
+fn differences_name_the_changed_sections_and_ignore_the_pin() {
+    let base = parse(GOOD).unwrap();
+    let pinned = parse(&format!("version = 3\n{GOOD}")).unwrap();
+    assert!(base.differences_from(&pinned).is_empty());
+    let changed = parse(&GOOD.replace("max_wait_ms = 5", "max_wait_ms = 9\n    [ttl]\n    result_ttl_s = 60")).unwrap();
+    assert_eq!(base.differences_from(&changed), vec!["[batching]", "[ttl]"]);
+}

@@ -96,12 +96,14 @@ impl AdmissionStage {
                 Some(Transition::Resume) => tracing::info!(messages, bytes, "below the low-water mark; reading again"),
                 None => {}
             }
-            if self.health.sink_blocked() != blocked {
+            if self.health.must_stop_reading() != blocked {
                 blocked = !blocked;
                 if blocked {
-                    tracing::error!("a write no retry cures is failing; reading stops until it works (see /ready)");
+                    tracing::error!(
+                        "a write no retry cures is failing, or the model is broken; reading stops (see /ready)"
+                    );
                 } else {
-                    tracing::info!("writes work again; reading again");
+                    tracing::info!("writes and the model work again; reading again");
                 }
             }
             let paused = gate.is_paused() || blocked;

@@ -67,14 +67,28 @@ impl FeatureCache {
             return Vec::new();
         }
         let keys: Vec<String> = hashes.iter().map(|h| self.key(version, precision, h)).collect();
-        let values: Result<Vec<Option<String>>, _> = redis::cmd("MGET").arg(&keys).query_async(&mut self.conn).await;
-        match values {
-            Ok(values) => values.into_iter().map(|v| v.and_then(|json| serde_json::from_str(&json).ok())).collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "feature cache lookup failed; computing the batch");
-                vec![None; hashes.len()]
-            }
+        let reply: Result<Vec<Option<String>>, _> = redis::cmd("MGET").arg(&keys).query_async(&mut self.conn).await;
+        if let Err(e) = &reply {
+            tracing::warn!(error = %e, "feature cache lookup failed; computing the batch");
         }
+        outputs_of(reply.ok(), hashes.len())
+    }
+}
+
+/// The cached outputs of an MGET reply, one per key asked for. A reply
+/// of another length (or none: Redis away) counts as all misses: zipped
+/// with the batch, a short reply would drop jobs still counted in flight,
+/// pinning their partition's commit.
+fn outputs_of(reply: Option<Vec<Option<String>>>, asked: usize) -> Vec<Option<CachedOutput>> {
+    match reply {
+        Some(values) if values.len() == asked => {
+            values.into_iter().map(|v| v.and_then(|json| serde_json::from_str(&json).ok())).collect()
+        }
+        Some(values) => {
+            tracing::warn!(asked, got = values.len(), "feature cache reply of the wrong length; computing the batch");
+            vec![None; asked]
+        }
+        None => vec![None; asked],
     }
 }
 
@@ -135,5 +149,31 @@ impl CacheStage {
         metrics::counter!(CACHE_HITS_TOTAL).increment(hits.len() as u64);
         metrics::counter!(CACHE_MISSES_TOTAL).increment(misses.items.len() as u64);
         (hits, misses)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(infer_ms: f64) -> Option<String> {
+        Some(serde_json::to_string(&CachedOutput { output: serde_json::json!([1.0]), infer_ms }).unwrap())
+    }
+
+    #[test]
+    fn a_reply_of_the_right_length_gives_hits_and_misses_in_order() {
+        let found = outputs_of(Some(vec![entry(2.0), None, Some("not json".into())]), 3);
+        assert_eq!(found.len(), 3);
+        assert_eq!(found[0].as_ref().map(|c| c.infer_ms), Some(2.0));
+        assert!(found[1].is_none() && found[2].is_none());
+    }
+
+    #[test]
+    fn a_short_long_or_missing_reply_is_all_misses_never_fewer_rows() {
+        for reply in [Some(vec![entry(1.0)]), Some(vec![entry(1.0), entry(1.0), entry(1.0)]), Some(vec![]), None] {
+            let found = outputs_of(reply, 2);
+            assert_eq!(found.len(), 2, "every job of the batch keeps a slot");
+            assert!(found.iter().all(Option::is_none));
+        }
     }
 }

@@ -22,6 +22,15 @@ pub struct BatchRun {
     pub finished: Vec<Finished>,
     pub infer_ms: f64,
     pub row_cap: Option<usize>,
+    /// Rows that failed alone for another reason than device memory.
+    pub model_failures: usize,
+}
+
+impl BatchRun {
+    /// Every row failed, each alone too: the requests or the model?
+    pub fn all_rows_failed(&self) -> bool {
+        !self.finished.is_empty() && self.model_failures == self.finished.len()
+    }
 }
 
 /// Runs one batch (split on out-of-memory) and answers each request.
@@ -49,6 +58,7 @@ pub fn run_batch(
     let infer_ms = started.elapsed().as_secs_f64() * 1000.0;
     let done_ms = now_ms();
     let row_count = rows.len().max(1) as f64;
+    let model_failures = run.outputs.iter().filter(|o| matches!(o, Err(RowFailure::Failed(_)))).count();
     let finished = batch
         .items
         .into_iter()
@@ -79,5 +89,5 @@ pub fn run_batch(
             Finished { position: job.position, id: job.id, answer, feature }
         })
         .collect();
-    BatchRun { finished, infer_ms, row_cap: run.row_cap }
+    BatchRun { finished, infer_ms, row_cap: run.row_cap, model_failures }
 }

@@ -2,6 +2,17 @@
 //! the async runtime) that runs batches on the serving model version, one at
 //! a time, and swaps in a new version between two batches.
 //!
+//! A batch whose every row fails, alone too, is either bad requests or a
+//! broken model (a sticky device fault fails every call). The version's
+//! known-good probe (its warm-up input) tells which: when it fails too, the
+//! rows are not answered (their offsets stay uncommitted), the worker reads
+//! nothing more, leaves its group so the partitions move to a healthy
+//! member (the status reporter), and reports broken (`/ready` at once,
+//! `/healthz` after the stall bound: a restart is what cures a device
+//! context). Each later batch tries the probe first; once it passes, the
+//! worker serves again. When the probe passes, the rows really are bad and
+//! are answered `model_failed`.
+//!
 //! A swap is a command in the same queue as the batches, so every batch
 //! queued before it finishes on the old version and every batch after it
 //! runs on the new one: answers switch version at one point. Each answer
@@ -28,13 +39,14 @@ pub mod split;
 pub mod torch;
 
 use crate::job::{Job, SinkItem};
-use crate::metrics::{MODEL_PRECISION, MODEL_SWAPS_TOTAL, MODEL_VERSION};
+use crate::metrics::{MODEL_BROKEN, MODEL_PRECISION, MODEL_SWAPS_TOTAL, MODEL_VERSION};
 use crate::serving::ServingVersion;
 use crate::stages::batch::bucket::Batch;
 use crate::status::health::Health;
 use batch_run::run_batch;
 use fleet_proto::clock::now_ms;
 use fleet_proto::{ModelName, Namespace};
+use input::ModelInput;
 use model::Model;
 use precision::Precision;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +58,20 @@ use tokio::sync::mpsc;
 pub struct Loaded {
     pub model: Model,
     pub version: u64,
+    /// The known-good input the version was warmed up on: a failure of the
+    /// model on it is the model's (or the device's), not a request's.
+    pub probe: ModelInput,
+}
+
+impl Loaded {
+    /// Runs the known-good probe; the failure's message when it fails.
+    fn probe(&self) -> Result<(), String> {
+        match self.model.infer_split(&[&self.probe]).outputs.pop() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(failure)) => Err(failure.message()),
+            None => Err("the probe gave no output".into()),
+        }
+    }
 }
 
 pub enum EngineCommand {
@@ -111,9 +137,18 @@ impl EngineStage {
         tracing::info!(threads = self.threads, version = first.version, "engine serving");
         let mut current = first;
         announce(&self.serving, &current);
+        let mut broken = false;
         while let Some(command) = self.commands.blocking_recv() {
             match command {
                 EngineCommand::Run(batch) => {
+                    if broken {
+                        broken = self.still_broken(&current);
+                        if broken {
+                            // Unanswered: the next owner of the partition computes it.
+                            tracing::debug!(rows = batch.items.len(), "model broken; batch left unanswered");
+                            continue;
+                        }
+                    }
                     let bucket = batch.bucket;
                     let first_read_ms = batch.items.iter().map(|job| job.read_ms).min().unwrap_or_else(now_ms);
                     let held_ms = now_ms().saturating_sub(first_read_ms) as f64;
@@ -126,12 +161,28 @@ impl EngineStage {
                         tracing::warn!(bucket, rows, "a batch ran out of device memory; capping the bucket");
                         let _ = self.batch_feedback.send(BatchFeedback::RowCap { bucket, rows });
                     }
+                    if ran.all_rows_failed() {
+                        if let Err(reason) = current.probe() {
+                            self.report_broken(Some(reason), ran.finished.len());
+                            broken = true;
+                            continue;
+                        }
+                        tracing::warn!(
+                            rows = ran.finished.len(),
+                            "every row failed but the probe passes: bad requests"
+                        );
+                    }
                     if self.sink.blocking_send(SinkItem::Answers(ran.finished)).is_err() {
                         return;
                     }
                 }
                 EngineCommand::Swap(next) => {
                     let old = std::mem::replace(&mut current, *next);
+                    // The new version passed its warm-up: it serves.
+                    if broken {
+                        broken = false;
+                        self.report_broken(None, 0);
+                    }
                     announce(&self.serving, &current);
                     metrics::counter!(MODEL_SWAPS_TOTAL).increment(1);
                     tracing::info!(
@@ -143,6 +194,35 @@ impl EngineStage {
                 }
             }
         }
+    }
+}
+
+impl EngineStage {
+    /// While broken, each batch tries the probe first.
+    fn still_broken(&self, current: &Loaded) -> bool {
+        match current.probe() {
+            Ok(()) => {
+                self.report_broken(None, 0);
+                false
+            }
+            Err(reason) => {
+                self.health.set_model_broken(Some(reason), now_ms());
+                true
+            }
+        }
+    }
+
+    fn report_broken(&self, reason: Option<String>, unanswered: usize) {
+        match &reason {
+            Some(reason) => tracing::error!(
+                reason,
+                unanswered,
+                "the model fails its known-good probe: broken; reading stops and the partitions go to other members"
+            ),
+            None => tracing::info!("the model passes its known-good probe again; serving"),
+        }
+        metrics::gauge!(MODEL_BROKEN).set(if reason.is_some() { 1.0 } else { 0.0 });
+        self.health.set_model_broken(reason, now_ms());
     }
 }
 

@@ -32,6 +32,38 @@ pub struct ResultSink {
     namespace: Namespace,
     result_ttl_s: u64,
     feature_ttl_s: u64,
+    replicas: Option<ReplicaWait>,
+}
+
+/// `--redis-wait-replicas`: how many replicas must hold an answer, and how
+/// long to wait for them, before its offset may move on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaWait {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+/// The outcome of each answer once WAIT said how many replicas hold it:
+/// written answers count only when enough do. Short of them, each becomes
+/// a transient failure (retried, rewritten: HSETNX makes that a no-op).
+fn with_replicas(
+    outcomes: Vec<Result<(), redis::RedisError>>,
+    wanted: u32,
+    acknowledged: Result<u32, redis::RedisError>,
+) -> Vec<Result<(), redis::RedisError>> {
+    let shortfall = match acknowledged {
+        Ok(got) if got >= wanted => return outcomes,
+        Ok(got) => format!("only {got} of {wanted} Redis replicas acknowledged the answers"),
+        Err(e) => format!("WAIT for {wanted} Redis replicas failed: {e}"),
+    };
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.and_then(|()| {
+                Err(redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, shortfall.clone())))
+            })
+        })
+        .collect()
 }
 
 impl ResultSink {
@@ -44,7 +76,12 @@ impl ResultSink {
         feature_ttl_s: u64,
     ) -> Result<Self, redis::RedisError> {
         let conn = redis.managed(Duration::from_secs(2), Duration::from_secs(5)).await?;
-        Ok(Self { conn, namespace, result_ttl_s, feature_ttl_s })
+        Ok(Self { conn, namespace, result_ttl_s, feature_ttl_s, replicas: None })
+    }
+
+    /// Waits for `wait.replicas` replicas after each batch of writes.
+    pub fn with_replica_wait(self, wait: Option<ReplicaWait>) -> Self {
+        Self { replicas: wait, ..self }
     }
 
     /// Writes every answer of a batch, and the feature-cache entries of what
@@ -77,6 +114,45 @@ impl ResultSink {
                 }
             });
         let (outcomes, _) = futures::join!(join_all(answers), join_all(features));
-        outcomes
+        let Some(wait) = self.replicas.filter(|_| outcomes.iter().any(Result::is_ok)) else {
+            return outcomes;
+        };
+        // On the connection the answers went out on: WAIT covers every
+        // write sent on it before.
+        let acknowledged = redis::cmd("WAIT")
+            .arg(wait.replicas)
+            .arg(wait.timeout.as_millis() as u64)
+            .query_async::<u32>(&mut self.conn)
+            .await;
+        with_replicas(outcomes, wait.replicas, acknowledged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::sink::failure::{redis_error_class, FailureClass};
+
+    fn written(n: usize) -> Vec<Result<(), redis::RedisError>> {
+        (0..n).map(|_| Ok(())).collect()
+    }
+
+    #[test]
+    fn enough_replicas_keep_the_outcomes() {
+        assert!(with_replicas(written(3), 1, Ok(1)).iter().all(Result::is_ok));
+        assert!(with_replicas(written(3), 1, Ok(2)).iter().all(Result::is_ok));
+    }
+
+    #[test]
+    fn too_few_replicas_or_a_failed_wait_fail_each_written_answer_transiently() {
+        let own = redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "its own"));
+        let mut outcomes = written(2);
+        outcomes.push(Err(own));
+        let waited = with_replicas(outcomes, 2, Ok(1));
+        assert!(waited[0].as_ref().unwrap_err().to_string().contains("only 1 of 2"));
+        assert_eq!(redis_error_class(waited[0].as_ref().unwrap_err()), FailureClass::Transient);
+        assert!(waited[2].as_ref().unwrap_err().to_string().contains("its own"), "its own error stays");
+        let failed = redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "gone"));
+        assert!(with_replicas(written(1), 1, Err(failed)).iter().all(Result::is_err));
     }
 }

@@ -86,11 +86,11 @@ impl Ends {
             _ => tracing::warn!(target, reason, "write failed; retrying"),
         }
         let problem = SinkProblem { class: class.as_str(), target, reason: first_line(reason) };
-        self.health.set_sink_problem(target, Some(problem));
+        self.health.set_sink_problem(target, Some(problem), now_ms());
     }
 
     fn recovered(&self, target: &'static str) {
-        self.health.set_sink_problem(target, None);
+        self.health.set_sink_problem(target, None, now_ms());
     }
 }
 

@@ -93,6 +93,18 @@ impl CommitTracker {
         }
     }
 
+    /// The partition is read again from an earlier offset (Redis lost the
+    /// answers of its messages): a new generation begins, and work read
+    /// under the old one is dropped as a revoked partition's is. False when
+    /// the partition is not owned.
+    pub fn rewind(&mut self, partition: i32) -> bool {
+        if !self.partitions.contains_key(&partition) {
+            return false;
+        }
+        self.assign(partition);
+        true
+    }
+
     /// Partitions owned now.
     pub fn assigned(&self) -> usize {
         self.partitions.len()
@@ -119,6 +131,31 @@ impl CommitTracker {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_rewound_partition_starts_a_new_generation_and_may_store_lower_offsets() {
+        let mut t = CommitTracker::default();
+        let old = t.assign(0);
+        for o in 100..103 {
+            assert!(t.track(0, old, o, 1));
+        }
+        assert_eq!(t.complete(0, old, 100), Some(101));
+        assert!(t.rewind(0));
+        assert!(!t.rewind(1), "a partition not owned is not rewound");
+        let new = t.generation(0).unwrap();
+        assert_ne!(new, old);
+        assert_eq!(t.in_flight(), 0, "the old generation's work is dropped");
+        assert_eq!(t.complete(0, old, 101), None, "late completions of the old generation are ignored");
+        assert!(!t.track(0, old, 103, 1), "messages read before the rewind are not tracked");
+        // Replayed from offset 90: the commit position follows the replay
+        // from there, below where it stood, so a worker dying mid-replay
+        // leaves the rest of the replay to the next owner.
+        for o in 90..92 {
+            assert!(t.track(0, new, o, 1));
+        }
+        assert_eq!(t.complete(0, new, 90), Some(91));
+        assert_eq!(t.complete(0, new, 91), Some(92));
+    }
 
     #[test]
     fn waits_for_the_lowest_offset() {

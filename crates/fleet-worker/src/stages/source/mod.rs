@@ -124,7 +124,7 @@ impl Source {
         let (messages_tx, messages_rx) = mpsc::channel(HANDOVER_QUEUE);
         let tasks = vec![
             tokio::spawn(serve_events(consumer.clone(), ledger.clone(), messages_tx.clone())),
-            tokio::spawn(keep_readers(consumer.clone(), topic.to_owned(), changes_rx, messages_tx)),
+            tokio::spawn(keep_readers(consumer.clone(), ledger.clone(), topic.to_owned(), changes_rx, messages_tx)),
         ];
         let source = Self { consumer, group: group.to_owned(), topic: topic.to_owned(), ledger: ledger.clone(), tasks };
         Ok((source, Inbox { messages: messages_rx, ledger }))
@@ -137,6 +137,19 @@ impl Source {
     /// Messages read but not yet answered.
     pub fn in_flight(&self) -> usize {
         self.ledger.held().0
+    }
+
+    /// Leaves the consumer group (the model is broken): the partitions go
+    /// to the other members, which read what this worker left unanswered.
+    pub fn leave_group(&self) {
+        tracing::warn!(topic = %self.topic, "leaving the consumer group");
+        self.consumer.unsubscribe();
+    }
+
+    /// Joins the consumer group again (the model works again).
+    pub fn rejoin_group(&self) -> Result<(), KafkaError> {
+        tracing::info!(topic = %self.topic, "joining the consumer group again");
+        self.consumer.subscribe(&[&self.topic])
     }
 
     /// Stops the readers and the event server (after the final commit).
@@ -161,6 +174,11 @@ impl Source {
     pub fn backlog(&self, timeout: Duration) -> Result<BacklogSnapshot, KafkaError> {
         let as_of_ms = now_ms();
         let assigned = self.consumer.assignment()?;
+        if assigned.count() == 0 {
+            // Nothing below asks the broker then: ask it something, so a
+            // broker that is away is not reported as answering.
+            self.consumer.fetch_metadata(Some(&self.topic), timeout)?;
+        }
         let mut high_watermarks = Vec::new();
         for element in assigned.elements_for_topic(&self.topic) {
             let partition = element.partition();
@@ -195,6 +213,55 @@ impl Source {
             unread += high - start;
         }
         Ok(BacklogSnapshot { messages: (unread + in_flight as i64).max(0) as u64, as_of_ms })
+    }
+
+    /// Reads again every owned partition from its first message at or after
+    /// `from_ms` (Kafka's offsets-for-times), where that is before where
+    /// reading stands: Redis lost the answers written for those messages
+    /// (`status::redis_memory`). Each rewound partition begins a new
+    /// generation first, so work read before is dropped and what is read
+    /// after the seek is tracked afresh; answers are written with HSETNX, so
+    /// one that Redis still has is not written (nor announced) twice.
+    /// Returns how many messages will be read again. Blocks on the broker:
+    /// run it off the async runtime.
+    pub fn replay_since(&self, from_ms: i64, timeout: Duration) -> Result<u64, KafkaError> {
+        let assigned = self.consumer.assignment()?;
+        let mut times = TopicPartitionList::new();
+        for element in assigned.elements_for_topic(&self.topic) {
+            times.add_partition_offset(&self.topic, element.partition(), Offset::Offset(from_ms))?;
+        }
+        if times.count() == 0 {
+            return Ok(0);
+        }
+        let found = self.consumer.offsets_for_times(times, timeout)?;
+        let positions = self.consumer.position()?;
+        // Partitions not read from since they were assigned: reading will
+        // start at their committed offset.
+        let committed = self.consumer.committed_offsets(positions.clone(), timeout)?;
+        let offset_in = |list: &TopicPartitionList, partition: i32| match list
+            .find_partition(&self.topic, partition)
+            .map(|e| e.offset())
+        {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        };
+        let mut replayed = 0;
+        for element in found.elements_for_topic(&self.topic) {
+            let partition = element.partition();
+            // No offset: no message that young in the partition.
+            let Offset::Offset(from) = element.offset() else { continue };
+            let Some(at) = offset_in(&positions, partition).or_else(|| offset_in(&committed, partition)) else {
+                continue;
+            };
+            // Never forward: what is not read yet is read anyway.
+            if from >= at || !self.ledger.change(|tracker| tracker.rewind(partition)) {
+                continue;
+            }
+            self.consumer.seek(&self.topic, partition, Offset::Offset(from), timeout)?;
+            tracing::warn!(partition, from, to = at, "reading again what Redis lost");
+            replayed += (at - from) as u64;
+        }
+        Ok(replayed)
     }
 
     /// The group's lag on every partition of the topic, not only this

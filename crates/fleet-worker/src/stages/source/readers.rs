@@ -22,7 +22,7 @@ pub(super) type FleetConsumer = StreamConsumer<SourceContext>;
 /// What the rebalance callbacks tell the partition readers.
 #[derive(Debug)]
 pub(super) enum AssignmentChange {
-    Assigned { partition: i32, generation: u64 },
+    Assigned { partition: i32 },
     Revoked { partition: i32 },
 }
 
@@ -47,6 +47,7 @@ impl ConsumerContext for SourceContext {
                 for &partition in &revoked {
                     let _ = self.changes.send(AssignmentChange::Revoked { partition });
                 }
+                metrics::counter!(crate::metrics::PARTITIONS_REVOKED_TOTAL).increment(revoked.len() as u64);
                 tracing::info!(partitions = ?revoked, "partitions revoked");
             }
             Rebalance::Assign(partitions) => {
@@ -55,8 +56,8 @@ impl ConsumerContext for SourceContext {
                     // Before librdkafka starts fetching it (right after this
                     // callback): its messages must never reach the main queue.
                     split_off(consumer, &self.topic, partition);
-                    let generation = self.ledger.change(|tracker| tracker.assign(partition));
-                    let _ = self.changes.send(AssignmentChange::Assigned { partition, generation });
+                    self.ledger.change(|tracker| tracker.assign(partition));
+                    let _ = self.changes.send(AssignmentChange::Assigned { partition });
                 }
                 tracing::info!(partitions = ?assigned, "partitions assigned");
             }
@@ -86,25 +87,54 @@ fn split_off(consumer: &rdkafka::consumer::BaseConsumer<SourceContext>, topic: &
     }
 }
 
+/// Messages of the main queue waiting for the consumer loop. Beyond this,
+/// serving events waits for the loop (see [`serve_events`]).
+const STRAY_QUEUE: usize = 1024;
+
 /// Serves the consumer's main queue (rebalances, errors, commit results)
 /// for as long as the worker runs, whatever the reading side is doing.
-pub(super) async fn serve_events(consumer: Arc<FleetConsumer>, ledger: Arc<Ledger>, stray: mpsc::Sender<Inbound>) {
+///
+/// A message that arrives there (its partition's queue was not split off)
+/// is handed on in order through one bounded queue to one forwarding task:
+/// never a task per message, which would reorder a partition's messages
+/// while the commit tracker assumes their order. While the reading side is
+/// stopped, up to [`STRAY_QUEUE`] such messages wait; past that, events
+/// wait too (rebalances are then served late: the bound is the price of
+/// holding no unbounded memory).
+pub(super) async fn serve_events(consumer: Arc<FleetConsumer>, ledger: Arc<Ledger>, out: mpsc::Sender<Inbound>) {
+    let (stray, strays) = mpsc::channel(STRAY_QUEUE);
+    tokio::spawn(forward_in_order(strays, out));
     loop {
         match consumer.recv().await {
-            // A partition whose queue was not split off (librdkafka assigned
-            // it some other way): its messages still count, in order.
             Ok(message) => {
                 let partition = message.partition();
                 let generation = ledger.lock().generation(partition).unwrap_or_default();
                 let inbound = Inbound::from_kafka(&message, generation);
                 drop(message);
                 tracing::warn!(partition, "a message arrived on the main queue; reading it there");
-                let stray = stray.clone();
-                tokio::spawn(async move {
-                    let _ = stray.send(inbound).await;
-                });
+                match stray.try_send(inbound) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(inbound)) => {
+                        tracing::warn!(partition, "main-queue messages wait for the reading side; events wait too");
+                        let _ = stray.send(inbound).await;
+                    }
+                    // The reading side is gone: the worker is stopping and
+                    // reads nothing more (the message stays uncommitted);
+                    // events are still served until the source closes.
+                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                }
             }
             Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
+        }
+    }
+}
+
+/// Hands main-queue messages to the consumer loop one at a time, in the
+/// order they arrived.
+async fn forward_in_order(mut strays: mpsc::Receiver<Inbound>, out: mpsc::Sender<Inbound>) {
+    while let Some(inbound) = strays.recv().await {
+        if out.send(inbound).await.is_err() {
+            return;
         }
     }
 }
@@ -113,6 +143,7 @@ pub(super) async fn serve_events(consumer: Arc<FleetConsumer>, ledger: Arc<Ledge
 /// partition is revoked.
 pub(super) async fn keep_readers(
     consumer: Arc<FleetConsumer>,
+    ledger: Arc<Ledger>,
     topic: String,
     mut changes: mpsc::UnboundedReceiver<AssignmentChange>,
     out: mpsc::Sender<Inbound>,
@@ -120,13 +151,14 @@ pub(super) async fn keep_readers(
     let mut readers: HashMap<i32, JoinHandle<()>> = HashMap::new();
     while let Some(change) = changes.recv().await {
         match change {
-            AssignmentChange::Assigned { partition, generation } => {
+            AssignmentChange::Assigned { partition } => {
                 if let Some(old) = readers.remove(&partition) {
                     old.abort();
                 }
                 match consumer.split_partition_queue(&topic, partition) {
                     Some(queue) => {
-                        readers.insert(partition, tokio::spawn(read_partition(queue, generation, out.clone())));
+                        let reader = read_partition(queue, partition, ledger.clone(), out.clone());
+                        readers.insert(partition, tokio::spawn(reader));
                     }
                     None => tracing::error!(partition, "cannot open the partition's queue"),
                 }
@@ -144,11 +176,26 @@ pub(super) async fn keep_readers(
 }
 
 /// Copies one partition's messages to the consumer loop, one at a time.
-async fn read_partition(queue: StreamPartitionQueue<SourceContext>, generation: u64, out: mpsc::Sender<Inbound>) {
+///
+/// Each message is stamped with the partition's generation as the ledger
+/// has it when the message is read, not as it was when the reader began: a
+/// replay (`Source::replay_since`) begins a new generation and then seeks
+/// back, and the messages read from then on belong to it; librdkafka drops
+/// what it had fetched before the seek.
+async fn read_partition(
+    queue: StreamPartitionQueue<SourceContext>,
+    partition: i32,
+    ledger: Arc<Ledger>,
+    out: mpsc::Sender<Inbound>,
+) {
     loop {
         // The borrowed message is copied and released before any await.
         let inbound = match queue.recv().await {
-            Ok(message) => Inbound::from_kafka(&message, generation),
+            Ok(message) => {
+                // Revoked: the keeper aborts this reader; nothing more is ours.
+                let Some(generation) = ledger.lock().generation(partition) else { return };
+                Inbound::from_kafka(&message, generation)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "kafka receive failed");
                 continue;

@@ -1,0 +1,233 @@
+//! A dependency that is gone, not only slow, against the real worker,
+//! broker and Redis: Redis killed and started again empty, Redis frozen for
+//! longer than the stall bound, a worker started while Redis is down, and
+//! one started while the broker is down. In each, the worker stays up,
+//! says on `/ready` what it waits for and never fails `/healthz` for it,
+//! and every request ends with exactly one answer.
+
+mod common;
+
+use common::{present_metric_value as metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use fleet_proto::{ModelName, Namespace, RequestId};
+use fleet_testkit::{PostgresDatabase, Storage};
+use redis::AsyncCommands;
+use std::time::{Duration, Instant};
+
+fn minilm() -> ModelName {
+    ModelName::parse("minilm").unwrap()
+}
+
+fn texts(prefix: &str, count: usize) -> Vec<String> {
+    let sentences = common::sentences();
+    (0..count).map(|n| format!("{} ({prefix} {n})", sentences[n % sentences.len()])).collect()
+}
+
+/// Waits until every id has its answer in Redis; returns, for each id, how
+/// many answer fields and ready-list pushes it has (the test pops none).
+async fn wait_for_answers(redis: &Redis, ids: &[RequestId], timeout: Duration) -> Vec<(String, usize, usize)> {
+    let names = Namespace::default();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut conn = redis.connection().await;
+        let mut counts = Vec::new();
+        for id in ids {
+            let fields: usize = conn.hlen(names.result_key(id)).await.unwrap_or(0);
+            let pushes: usize = conn.llen(names.ready_key(id)).await.unwrap_or(0);
+            counts.push((id.to_string(), fields, pushes));
+        }
+        let missing: Vec<&String> = counts.iter().filter(|(_, f, _)| *f == 0).map(|(id, _, _)| id).collect();
+        if missing.is_empty() {
+            return counts;
+        }
+        assert!(Instant::now() < deadline, "{} of {} unanswered: {missing:?}", missing.len(), ids.len());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Every id answered once, announced once.
+fn assert_exactly_once(counts: &[(String, usize, usize)]) {
+    for (id, fields, pushes) in counts {
+        assert_eq!((*fields, *pushes), (1, 1), "{id}: answer fields, ready pushes");
+    }
+}
+
+async fn assert_committed_to_the_end(broker: &Broker, partitions: i32) {
+    let names = Namespace::default();
+    let offsets =
+        wait_for_commits_at_end(broker, &names.consumer_group(&minilm()), &names.topic(&minilm()), partitions).await;
+    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_started_again_empty_loses_no_answer() {
+    let _serial = serial().await;
+    let mut redis = Redis::start();
+    let broker = Broker::start();
+    broker.create_topics(&minilm(), 2).await;
+    let worker = Worker::start("minilm", &broker, &redis, &[]);
+    worker.wait_until_serving(2).await;
+
+    // Answered and committed: only Redis holds these answers now.
+    let before = common::send_texts(&broker, &minilm(), "before-kill", &texts("before", 40), None).await;
+    assert_exactly_once(&wait_for_answers(&redis, &before, Duration::from_secs(90)).await);
+    // A crash without persistence; back, empty, 3 s later. Requests sent
+    // meanwhile wait in the worker.
+    redis.kill();
+    let during = common::send_texts(&broker, &minilm(), "during-kill", &texts("during", 20), None).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.start_again();
+
+    let all: Vec<RequestId> = before.iter().chain(&during).cloned().collect();
+    assert_exactly_once(&wait_for_answers(&redis, &all, Duration::from_secs(90)).await);
+    let scrape = worker.scrape().await;
+    assert_eq!(metric_value(&scrape, "fleet_redis_memory_lost_total", &[]), 1.0, "the loss was not noticed once");
+    let replayed = metric_value(&scrape, "fleet_replayed_total", &[]);
+    assert!(replayed >= before.len() as f64, "replayed {replayed}: the lost answers were not all read again");
+    // Only what is inside the TTL window, which is all this test sent.
+    assert!(replayed <= all.len() as f64, "replayed {replayed} of {} sent", all.len());
+    assert_committed_to_the_end(&broker, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_frozen_past_the_stall_bound_is_waited_for_without_failing_liveness() {
+    let _serial = serial().await;
+    let redis = Redis::start();
+    let broker = Broker::start();
+    broker.create_topics(&minilm(), 2).await;
+    let worker = Worker::start("minilm", &broker, &redis, &["--stall-timeout", "3s"]);
+    worker.wait_until_serving(2).await;
+    let first = common::send_texts(&broker, &minilm(), "before-freeze", &texts("before", 10), None).await;
+    wait_for_answers(&redis, &first, Duration::from_secs(60)).await;
+
+    redis.freeze();
+    let held = common::send_texts(&broker, &minilm(), "during-freeze", &texts("during", 10), None).await;
+    worker.wait_for_metric("fleet_queue_depth", &[], 1.0, Duration::from_secs(60)).await;
+    let (code, body) = worker.wait_for_status("/ready", 503, Duration::from_secs(60)).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("redis"), "/ready does not name Redis: {body}");
+    // Four stall bounds with messages held: a restart would cure nothing.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(12) {
+        let (code, body) = worker.get("/healthz").await.expect("the worker stopped answering probes");
+        assert_eq!(code, 200, "liveness failed during a Redis outage: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let stalled = metric_value(&worker.scrape().await, "fleet_queue_depth", &[]);
+    assert!(stalled >= 1.0, "nothing was held during the freeze");
+
+    redis.thaw();
+    let all: Vec<RequestId> = first.iter().chain(&held).cloned().collect();
+    assert_exactly_once(&wait_for_answers(&redis, &all, Duration::from_secs(90)).await);
+    let (code, body) = worker.wait_for_status("/ready", 200, Duration::from_secs(60)).await;
+    assert_eq!(code, 200, "{body}");
+    assert_committed_to_the_end(&broker, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_redis_is_down_warms_up_waits_and_then_serves() {
+    let _serial = serial().await;
+    let mut redis = Redis::not_started();
+    let broker = Broker::start();
+    broker.create_topics(&minilm(), 2).await;
+    let mut worker = Worker::start("minilm", &broker, &redis, &[]);
+    // Warm, alive, and not ready for Redis alone.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let body = loop {
+        let (code, body) = worker.get("/ready").await.unwrap_or((0, String::new()));
+        if code == 503 && !body.contains("not warm") && body.contains("cannot write to redis") {
+            break body;
+        }
+        assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited while Redis was down");
+        assert!(Instant::now() < deadline, "never warm and waiting for Redis: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(body.contains("transient failure"), "{body}");
+    let (code, body) = worker.wait_for_status("/healthz", 200, Duration::from_secs(10)).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited while Redis was down");
+
+    redis.start_again();
+    worker.wait_until_serving(2).await;
+    let ids = common::send_texts(&broker, &minilm(), "late-redis", &texts("late", 10), None).await;
+    assert_exactly_once(&wait_for_answers(&redis, &ids, Duration::from_secs(60)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_the_broker_is_down_waits_and_then_serves() {
+    let _serial = serial().await;
+    let database = PostgresDatabase::create("fleet_broker_down");
+    let mut broker = Broker::start_with(Storage::Postgres { url: database.url() });
+    broker.create_topics(&minilm(), 2).await;
+    let ids = common::send_texts(&broker, &minilm(), "sent-before", &texts("before", 10), None).await;
+    broker.kill();
+    let redis = Redis::start();
+    let mut worker = Worker::start("minilm", &broker, &redis, &[]);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let (code, body) = worker.get("/ready").await.unwrap_or((0, String::new()));
+        if code == 503 && !body.contains("not warm") && body.contains("broker") {
+            break;
+        }
+        assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited while the broker was down");
+        assert!(Instant::now() < deadline, "never warm and waiting for the broker: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, body) = worker.wait_for_status("/healthz", 200, Duration::from_secs(10)).await;
+    assert_eq!(code, 200, "{body}");
+
+    broker.start_again();
+    worker.wait_until_serving(2).await;
+    assert_exactly_once(&wait_for_answers(&redis, &ids, Duration::from_secs(90)).await);
+    assert_committed_to_the_end(&broker, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_wait_replicas_an_offset_moves_on_only_once_a_replica_holds_the_answer() {
+    let _serial = serial().await;
+    let primary = Redis::start();
+    let files = std::env::temp_dir().join(format!("fleet-replica-{}", std::process::id()));
+    std::fs::create_dir_all(&files).unwrap();
+    let replica = Redis::start_with_config(&format!("replicaof 127.0.0.1 {}\ndir {}", primary.port, files.display()));
+    let mut conn = primary.connection().await;
+    let linked = Instant::now();
+    loop {
+        let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.unwrap();
+        if info.contains("connected_slaves:1") && info.contains("state=online") {
+            break;
+        }
+        assert!(linked.elapsed() < Duration::from_secs(30), "the replica never came online: {info}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let broker = Broker::start();
+    broker.create_topics(&minilm(), 1).await;
+    let args = ["--redis-wait-replicas", "1", "--redis-wait-timeout", "200ms"];
+    let worker = Worker::start("minilm", &broker, &primary, &args);
+    worker.wait_until_serving(1).await;
+    let first = common::send_texts(&broker, &minilm(), "replicated", &texts("replicated", 5), None).await;
+    assert_exactly_once(&wait_for_answers(&primary, &first, Duration::from_secs(60)).await);
+    assert_committed_to_the_end(&broker, 1).await;
+
+    // The replica stops acknowledging: the first batch's answers reach the
+    // primary and are retried, the rest wait behind them; no offset moves,
+    // the messages are held.
+    replica.freeze();
+    let held = common::send_texts(&broker, &minilm(), "unreplicated", &texts("unreplicated", 5), None).await;
+    let failures = worker
+        .wait_for_metric(
+            "fleet_sink_failures_total",
+            &[("target", "redis"), ("class", "transient")],
+            1.0,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(failures >= 1.0, "the missing replica acknowledgement was not a failed write");
+    let depth = metric_value(&worker.scrape().await, "fleet_queue_depth", &[]);
+    assert!(depth >= 1.0, "the unreplicated answers' messages were let go");
+
+    replica.thaw();
+    assert_committed_to_the_end(&broker, 1).await;
+    let all: Vec<RequestId> = first.iter().chain(&held).cloned().collect();
+    assert_exactly_once(&wait_for_answers(&primary, &all, Duration::from_secs(30)).await);
+    drop(replica);
+    let _ = std::fs::remove_dir_all(&files);
+}
