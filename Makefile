@@ -27,7 +27,7 @@ bench-peer:
 
 # bf16 (or fp16) against fp32, same process, both models (docs/benchmarks.md).
 bench-precision:
-	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" precision
+	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" precision'
 
 # Uses (and flushes) Redis database 15 on 127.0.0.1:6379.
 bench-redis:

@@ -258,6 +258,8 @@ def check_workloads(docs, values):
         assert worker["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
         startup = worker["startupProbe"]
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "startup probe must allow warm-up"
+        for probe in ("startup", "liveness", "readiness"):
+            assert worker[f"{probe}Probe"]["timeoutSeconds"] == int(values["probes"][probe]["timeoutSeconds"]), probe
         assert worker["ports"][0]["containerPort"] == 9464
         security = worker["securityContext"]
         assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
@@ -701,6 +703,10 @@ def check_failures(helm):
         ("Redis TLS with a redis:// URL and a password (chart-made URL)",
          {"redis": {"url": "redis://redis:6379", "username": "fleet", "password": "p",
                     "tls": {"enabled": True, "existingSecret": "t"}}}, "redis.tls.enabled needs a rediss:// URL"),
+        ("Redis Cluster with TLS files (the worker refuses them)",
+         {"redis": {"url": "rediss://redis-0:6379,rediss://redis-1:6379", "cluster": True,
+                    "tls": {"enabled": True, "existingSecret": "t"}}},
+         "redis.cluster and redis.tls.enabled do not go together"),
         ("Redis mutual TLS without a key",
          {"redis": {"url": "rediss://redis:6379", "tls": {"enabled": True, "existingSecret": "t",
                                                            "clientCertificate": True, "keyKey": ""}}},
@@ -725,11 +731,18 @@ def check_failures(helm):
         ("a misspelled topic setting", {"topics": {"replication": 3}}, "Additional property replication is not allowed"),
         ("Strimzi topics without the cluster's name", {"topics": {"strimzi": {"enabled": True}}},
          "topics.strimzi.cluster"),
+        ("waiting for replicas of a Redis Cluster (the worker refuses it)",
+         {"redis": {"cluster": True, "waitReplicas": 1}}, "redis.waitReplicas does not go with redis.cluster"),
+        ("a negative replica count", {"redis": {"waitReplicas": -1}}, "redis.waitReplicas"),
     ]
     for label, values, message in cases:
         code, stderr = helm.template(values, expect_failure=True)
         assert code != 0, f"{label}: helm template succeeded"
         assert message in stderr, f"{label}: expected {message!r} in: {stderr.strip()}"
+    # Replica acknowledgements asked for: every worker waits for them.
+    _, docs = helm.template({"redis": {"waitReplicas": 1}})
+    worker = one(docs, "Deployment", worker_name("minilm"))
+    assert env_of(worker["spec"]["template"]["spec"]["containers"][0])["FLEET_REDIS_WAIT_REPLICAS"]["value"] == "1"
     # Clamped the other way: max = partitions when unset.
     _, docs = helm.template({"models": [{"name": "minilm", "partitions": 3}]})
     assert one(docs, "HorizontalPodAutoscaler", worker_name("minilm"))["spec"]["maxReplicas"] == 3

@@ -201,6 +201,13 @@ tls.key: |
 {{- if .Values.redis.cluster }}
 - name: FLEET_REDIS_CLUSTER
   value: "true"
+{{- if .Values.redis.waitReplicas }}
+{{- fail "redis.waitReplicas does not go with redis.cluster: WAIT covers one node's replicas, and the worker refuses the combination" }}
+{{- end }}
+{{- end }}
+{{- if .Values.redis.waitReplicas }}
+- name: FLEET_REDIS_WAIT_REPLICAS
+  value: {{ .Values.redis.waitReplicas | int | quote }}
 {{- end }}
 - name: FLEET_REDIS_URL
 {{- if .Values.redis.existingSecret }}
@@ -408,6 +415,9 @@ stored under its "models" key, so no number goes through a string:
 {{- end -}}
 {{- with $v.redis.tls -}}
 {{- if .enabled -}}
+{{- if $v.redis.cluster -}}
+{{- fail "redis.cluster and redis.tls.enabled do not go together: with --redis-cluster the worker refuses a CA or client certificate file and will not start (a cluster over TLS trusts the system's roots). For a cluster over TLS, leave redis.tls.enabled false and give rediss:// seed URLs" -}}
+{{- end -}}
 {{- if not .existingSecret -}}
 {{- fail "redis.tls.enabled needs redis.tls.existingSecret: the Secret holding the CA certificate (caKey) and, with clientCertificate, the client certificate and key (certKey, keyKey)" -}}
 {{- end -}}

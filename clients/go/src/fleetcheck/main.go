@@ -1,6 +1,6 @@
 // Command fleetcheck runs the Go client against a live fleet and checks what
 // it gets back: the same checks as clients/python/check_client.py. Started by
-// crates/fleet-worker/tests/go_client.rs (part of `make test`) with a broker,
+// crates/fleet-worker/tests/clients.rs (part of `make test`) with a broker,
 // a Redis and two real workers (minilm, efficientnet_lite0). Exits non-zero
 // with the reason on the first check that fails; prints one line per check.
 package main
@@ -85,6 +85,8 @@ func main() {
 		id := fmt.Sprintf("go-%s-%d", *run, i)
 		answer := wait(id, "minilm")["minilm"]
 		check(answer.Status == "ok", id+" answered ok")
+		t := answer.TimingsMs
+		check(t != nil && t.Queue >= 0 && t.Infer >= 0 && t.Total >= 0, id+" carries timings_ms (queue, infer, total)")
 		embeddings = append(embeddings, embedding(answer))
 	}
 	for _, e := range embeddings {

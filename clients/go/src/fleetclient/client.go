@@ -67,6 +67,18 @@ type Answer struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error,omitempty"`
+	// TimingsMs is on every answer a worker writes; nil only if absent.
+	TimingsMs *Timings `json:"timings_ms,omitempty"`
+}
+
+// Timings of one answer, in milliseconds (docs/protocol.md): Queue from
+// ce_time to the start of the model call, Infer the batch's model call (0 for a
+// feature-cache hit or an answer given without compute), Total from ce_time
+// to the answer.
+type Timings struct {
+	Queue float64 `json:"queue"`
+	Infer float64 `json:"infer"`
+	Total float64 `json:"total"`
 }
 
 // Overloaded is returned when the predicted wait exceeds the deadline: not sent.
