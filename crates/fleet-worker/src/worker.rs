@@ -29,6 +29,7 @@ use crate::stages::batch::BatchStage;
 use crate::stages::cache::{CacheStage, FeatureCache};
 use crate::stages::engine::torch::choose_device;
 use crate::stages::engine::{BatchFeedback, EngineCommand, EngineStage};
+use crate::stages::sink::failure::redis_error_class;
 use crate::stages::sink::results::ReplicaWait;
 use crate::stages::sink::{DeadLetters, LocalRecord, ResultSink, SinkStage};
 use crate::stages::source::ledger::Ledger;
@@ -329,7 +330,8 @@ struct Connected {
 
 /// Redis is waited for, not required at start: tried again with a capped
 /// backoff for as long as it takes, each failure on `/ready` ("cannot write
-/// to redis (transient failure): ...") and in the log, never an exit.
+/// to redis (transient failure): ...", or "fleet failure" for a refusal
+/// such as a wrong password) and in the log, never an exit.
 async fn wait_for_redis(parts: RedisParts<'_>, health: &Health, url: &str) -> Connected {
     const FIRST: Duration = Duration::from_millis(200);
     const CAP: Duration = Duration::from_secs(5);
@@ -343,12 +345,15 @@ async fn wait_for_redis(parts: RedisParts<'_>, health: &Health, url: &str) -> Co
                 return connected;
             }
             Err(e) => {
+                // A refusal (wrong password, ACL) is waited for too, as the
+                // sink waits for it: the probe names it as a fleet failure.
+                let class = redis_error_class(&e).as_str();
                 let reason = e.to_string();
                 // Once, then every ~minute: the probe carries it meanwhile.
                 if attempt == 1 || attempt % 12 == 0 {
-                    tracing::warn!(redis = url, error = %reason, attempt, "Redis does not answer; waiting for it");
+                    tracing::warn!(redis = url, error = %reason, class, attempt, "Redis does not answer; waiting for it");
                 }
-                let problem = SinkProblem { class: "transient", target: "redis", reason };
+                let problem = SinkProblem { class, target: "redis", reason };
                 health.set_sink_problem("redis", Some(problem), now_ms());
             }
         }

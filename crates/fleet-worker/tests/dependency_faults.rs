@@ -51,6 +51,24 @@ fn assert_exactly_once(counts: &[(String, usize, usize)]) {
     }
 }
 
+/// The group's committed offset of partition 0, once.
+async fn committed_offset(broker: &Broker, group: &str, topic: &str) -> Option<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = broker.kafka().client_config().set("group.id", group).create().unwrap();
+    let mut partitions = rdkafka::TopicPartitionList::new();
+    partitions.add_partition(topic, 0);
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let committed = consumer.committed_offsets(partitions, Duration::from_secs(5)).unwrap();
+        match committed.find_partition(&topic, 0).map(|e| e.offset()) {
+            Some(rdkafka::Offset::Offset(o)) => Some(o),
+            _ => None,
+        }
+    })
+    .await
+    .unwrap()
+}
+
 async fn assert_committed_to_the_end(broker: &Broker, partitions: i32) {
     let names = Namespace::default();
     let offsets =
@@ -112,8 +130,8 @@ async fn redis_frozen_past_the_stall_bound_is_waited_for_without_failing_livenes
         assert_eq!(code, 200, "liveness failed during a Redis outage: {body}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let stalled = metric_value(&worker.scrape().await, "fleet_queue_depth", &[]);
-    assert!(stalled >= 1.0, "nothing was held during the freeze");
+    let held_now = metric_value(&worker.scrape().await, "fleet_queue_depth", &[]);
+    assert!(held_now >= 1.0, "nothing was held during the freeze");
 
     redis.thaw();
     let all: Vec<RequestId> = first.iter().chain(&held).cloned().collect();
@@ -162,15 +180,18 @@ async fn a_worker_started_while_the_broker_is_down_waits_and_then_serves() {
     broker.kill();
     let redis = Redis::start();
     let mut worker = Worker::start("minilm", &broker, &redis, &[]);
+    // Warm, Redis reached, and unready for the broker alone, over several
+    // of the worker's one-second reports.
     let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
+    let mut in_a_row = 0;
+    while in_a_row < 5 {
         let (code, body) = worker.get("/ready").await.unwrap_or((0, String::new()));
-        if code == 503 && !body.contains("not warm") && body.contains("broker") {
-            break;
-        }
+        let waits_for_the_broker_only =
+            code == 503 && !body.contains("not warm") && body.contains("broker") && !body.contains("redis");
+        in_a_row = if waits_for_the_broker_only { in_a_row + 1 } else { 0 };
         assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited while the broker was down");
-        assert!(Instant::now() < deadline, "never warm and waiting for the broker: {code} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(Instant::now() < deadline, "never warm and waiting for the broker alone: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let (code, body) = worker.wait_for_status("/healthz", 200, Duration::from_secs(10)).await;
     assert_eq!(code, 200, "{body}");
@@ -212,17 +233,22 @@ async fn with_redis_wait_replicas_an_offset_moves_on_only_once_a_replica_holds_t
     // the messages are held.
     replica.freeze();
     let held = common::send_texts(&broker, &minilm(), "unreplicated", &texts("unreplicated", 5), None).await;
+    // Several tries (each waits 200 ms for the replica, then backs off):
+    // past an auto-commit interval (1 s).
     let failures = worker
         .wait_for_metric(
             "fleet_sink_failures_total",
             &[("target", "redis"), ("class", "transient")],
-            1.0,
-            Duration::from_secs(30),
+            6.0,
+            Duration::from_secs(60),
         )
         .await;
-    assert!(failures >= 1.0, "the missing replica acknowledgement was not a failed write");
+    assert!(failures >= 6.0, "the missing replica acknowledgement was not a failed write ({failures})");
     let depth = metric_value(&worker.scrape().await, "fleet_queue_depth", &[]);
     assert!(depth >= 1.0, "the unreplicated answers' messages were let go");
+    let names = Namespace::default();
+    let committed = committed_offset(&broker, &names.consumer_group(&minilm()), &names.topic(&minilm())).await;
+    assert_eq!(committed, Some(first.len() as i64), "the offset moved past answers no replica holds");
 
     replica.thaw();
     assert_committed_to_the_end(&broker, 1).await;

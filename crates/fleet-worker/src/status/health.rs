@@ -7,8 +7,9 @@
 //! forever behind green probes. A dependency that is away (Redis, the
 //! broker, the DLQ topic) is never a liveness fault, however long it lasts:
 //! a restart cannot bring it back, it only adds a crash loop and a model
-//! warm-up on top of the outage. The stall clock starts again when the last
-//! dependency fault clears.
+//! warm-up on top of the outage. The stall clock starts again at each
+//! dependency fault, and a dependency that has not answered since the stall
+//! began excuses it too.
 //! Readiness is "the worker can do its job now": the model is warm, the
 //! broker and Redis answered recently, and the sink is not failing to write.
 //! The verdicts are pure functions of the facts and the time, so their
@@ -50,6 +51,11 @@ pub struct Health {
     stopped_stage: Mutex<Option<&'static str>>,
     /// Since when (Unix ms) and why the model fails its known-good probe.
     model_broken: Mutex<Option<(u64, String)>>,
+    /// How many times the model was found broken: each time, the worker
+    /// must leave its group once (the rows it left unanswered are pinned
+    /// in flight until their partitions are revoked), even if it recovers
+    /// before it could.
+    broken_episodes: AtomicU64,
 }
 
 /// A copy of the facts at one moment.
@@ -138,19 +144,32 @@ impl Health {
         lock(&self.sink_problems).iter().any(|p| p.class == "fleet")
     }
 
-    /// The model failed its known-good probe (`Some(reason)`), or passes it
-    /// again (`None`). The start of an unbroken failure is kept.
-    pub fn set_model_broken(&self, reason: Option<String>, now_ms: u64) {
+    /// The model failed its known-good probe; the start of an unbroken
+    /// failure is kept, and a new one counts as an episode.
+    pub fn mark_model_broken(&self, reason: String, now_ms: u64) {
         let mut broken = lock(&self.model_broken);
-        *broken = match (broken.take(), reason) {
-            (_, None) => None,
-            (Some((since, _)), Some(reason)) => Some((since, reason)),
-            (None, Some(reason)) => Some((now_ms, reason)),
+        let since = match broken.take() {
+            Some((since, _)) => since,
+            None => {
+                self.broken_episodes.fetch_add(1, Ordering::Relaxed);
+                now_ms
+            }
         };
+        *broken = Some((since, reason));
+    }
+
+    /// The model serves again (a new version swapped in).
+    pub fn mark_model_recovered(&self) {
+        *lock(&self.model_broken) = None;
     }
 
     pub fn model_broken(&self) -> bool {
         lock(&self.model_broken).is_some()
+    }
+
+    /// How many times the model was found broken so far.
+    pub fn broken_episodes(&self) -> u64 {
+        self.broken_episodes.load(Ordering::Relaxed)
     }
 
     /// Whether reading must stop: a write no retry cures, or a broken model.
@@ -179,9 +198,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// How long the worker has held messages without writing any answer while
-/// its dependencies answered (0 while it holds none, or answered, or saw a
-/// dependency fail since it began holding).
+/// How long the worker has held messages without writing any answer nor
+/// seeing a dependency fail: since the latest of when it began holding, its
+/// last answer and the last dependency fault (0 while it holds none).
 pub fn stalled_ms(facts: &Facts, now_ms: u64) -> u64 {
     if facts.holding_since_ms == 0 {
         return 0;
@@ -226,12 +245,15 @@ pub fn liveness(facts: &Facts, now_ms: u64) -> Result<(), String> {
         }
     }
     let stalled = stalled_ms(facts, now_ms);
-    // While a dependency fails, or has not answered since the stall began
-    // (a write hanging on a frozen Redis has not failed yet), holding
-    // messages is waiting, not a wedge.
+    // A dependency that failed since the stall began restarts its clock
+    // (each failed write or report moves `dependency_fault_ms`); one that
+    // has not answered since it began (a write hanging on a frozen Redis
+    // has not failed yet) excuses it too: holding messages is then waiting,
+    // not a wedge. A write target's problem merely still on record does
+    // not: a sink that stopped retrying is a wedge.
     let since = now_ms.saturating_sub(stalled);
     let answered_since = facts.redis_ok_ms > since && facts.broker_ok_ms > since;
-    if stalled > facts.stall_after_ms && answered_since && dependency_problems(facts, now_ms).is_empty() {
+    if stalled > facts.stall_after_ms && answered_since {
         problems.push(format!(
             "holds messages and has written no answer for {} s while Redis and the broker answer",
             stalled / 1000
@@ -346,12 +368,27 @@ mod tests {
             held(Facts { broker_ok_ms: NOW - 600_000, ..healthy() }),
             held(Facts { redis_ok_ms: 0, ..healthy() }),
             held(Facts { sink_problems: vec![refused], dependency_fault_ms: NOW, ..healthy() }),
-            held(Facts { sink_problems: vec![down], ..healthy() }),
+            held(Facts { sink_problems: vec![down], dependency_fault_ms: NOW - 2_000, ..healthy() }),
         ];
         for facts in away {
             assert_eq!(liveness(&facts, NOW), Ok(()), "{facts:?}");
             assert!(readiness(&facts, NOW).is_err(), "not ready while waiting: {facts:?}");
         }
+    }
+
+    #[test]
+    fn a_write_problem_no_longer_retried_does_not_hide_a_wedge() {
+        // The sink reported a transient failure ten minutes ago and has not
+        // tried since, while Redis and the broker answer: wedged.
+        let problem = SinkProblem { class: "transient", target: "redis", reason: "timeout".into() };
+        let stuck = Facts {
+            holding_since_ms: NOW - 600_000,
+            last_answer_ms: NOW - 600_000,
+            dependency_fault_ms: NOW - 600_000,
+            sink_problems: vec![problem],
+            ..healthy()
+        };
+        assert!(liveness(&stuck, NOW).is_err());
     }
 
     #[test]
@@ -414,12 +451,15 @@ mod tests {
             Err(format!("the model has failed its known-good probe for {} s: CUDA error", (STALL + 1_000) / 1000))
         );
         let health = Health::new(STALL);
-        health.set_model_broken(Some("a".into()), 10);
-        health.set_model_broken(Some("b".into()), 20);
+        health.mark_model_broken("a".into(), 10);
+        health.mark_model_broken("b".into(), 20);
         assert_eq!(health.facts().model_broken, Some((10, "b".into())), "the start of the failure is kept");
+        assert_eq!(health.broken_episodes(), 1);
         assert!(health.must_stop_reading());
-        health.set_model_broken(None, 30);
+        health.mark_model_recovered();
         assert!(!health.must_stop_reading());
+        health.mark_model_broken("c".into(), 40);
+        assert_eq!((health.broken_episodes(), health.facts().model_broken), (2, Some((40, "c".into()))));
     }
 
     #[test]

@@ -24,6 +24,14 @@ const LAG_EVERY_TICKS: u64 = 5;
 /// How long the withdrawal of the backlog entry may take at shutdown.
 const WITHDRAW_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Whether this worker left its group for a broken model, and for which
+/// episode (`Health::broken_episodes`) it last did.
+#[derive(Debug, Default)]
+struct Membership {
+    out: bool,
+    left_for: u64,
+}
+
 pub struct StatusReporter {
     /// Answers written so far (the sink counts them) and the engine's busy
     /// time so far, µs: the drain rate's inputs.
@@ -46,7 +54,7 @@ impl StatusReporter {
         let ready_gauge = metrics::gauge!(WORKER_READY);
         let mut drain = DrainMeter::default();
         let mut replay_from: Option<i64> = None;
-        let mut left_group = false;
+        let mut membership = Membership::default();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for count in 0u64.. {
@@ -56,7 +64,7 @@ impl StatusReporter {
             }
             self.report_backlog(&mut drain).await;
             self.look_at_redis_memory(&mut replay_from).await;
-            self.follow_the_model(&mut left_group);
+            self.follow_the_model(&mut membership);
             let with_lag = count % LAG_EVERY_TICKS == 0;
             // After the backlog is out: the lag asks about every partition
             // of the topic and may take seconds on a loaded broker.
@@ -112,7 +120,14 @@ impl StatusReporter {
     /// still wait for. A replay that fails is tried again every tick, from
     /// the same point in time.
     async fn look_at_redis_memory(&mut self, replay_from: &mut Option<i64>) {
-        match self.memory.look(now_ms()).await {
+        let look = self.memory.look(now_ms()).await;
+        // A Redis round trip of its own: Redis is seen answering even while
+        // the backlog, which needs the broker too, cannot be measured.
+        match &look {
+            Ok(_) => self.health.redis_answered(now_ms()),
+            Err(_) => self.health.dependency_failed(now_ms()),
+        }
+        match look {
             Ok(Memory::Forgotten) => {
                 metrics::counter!(REDIS_MEMORY_LOST_TOTAL).increment(1);
                 let from = now_ms().saturating_sub(self.replay_window_ms) as i64;
@@ -139,19 +154,19 @@ impl StatusReporter {
         }
     }
 
-    /// A broken model leaves the group, so its partitions go to healthy
-    /// members; one that works again (a new version swapped in) rejoins.
-    fn follow_the_model(&self, left_group: &mut bool) {
-        let broken = self.health.model_broken();
-        if broken == *left_group {
-            return;
-        }
-        if broken {
+    /// A broken model leaves the group, so its partitions (and the rows it
+    /// left unanswered, pinned in flight until then) go to healthy members;
+    /// once it serves again (a new version swapped in) it rejoins. Every
+    /// episode leaves once, even one that ended before this tick.
+    fn follow_the_model(&self, membership: &mut Membership) {
+        let episodes = self.health.broken_episodes();
+        if episodes > membership.left_for {
             self.source.leave_group();
-            *left_group = true;
-        } else {
+            membership.left_for = episodes;
+            membership.out = true;
+        } else if membership.out && !self.health.model_broken() {
             match self.source.rejoin_group() {
-                Ok(()) => *left_group = false,
+                Ok(()) => membership.out = false,
                 Err(e) => tracing::warn!(error = %e, "cannot join the group again; trying again"),
             }
         }

@@ -9,9 +9,10 @@
 //! nothing more, leaves its group so the partitions move to a healthy
 //! member (the status reporter), and reports broken (`/ready` at once,
 //! `/healthz` after the stall bound: a restart is what cures a device
-//! context). Each later batch tries the probe first; once it passes, the
-//! worker serves again. When the probe passes, the rows really are bad and
-//! are answered `model_failed`.
+//! context). Batches still queued are left unanswered too (their
+//! partitions are being revoked). A new version swapped in serves again
+//! and the worker rejoins. When the probe passes, the rows really are bad
+//! and are answered `model_failed`.
 //!
 //! A swap is a command in the same queue as the batches, so every batch
 //! queued before it finishes on the old version and every batch after it
@@ -142,12 +143,9 @@ impl EngineStage {
             match command {
                 EngineCommand::Run(batch) => {
                     if broken {
-                        broken = self.still_broken(&current);
-                        if broken {
-                            // Unanswered: the next owner of the partition computes it.
-                            tracing::debug!(rows = batch.items.len(), "model broken; batch left unanswered");
-                            continue;
-                        }
+                        // Unanswered: the next owner of the partition computes it.
+                        tracing::debug!(rows = batch.items.len(), "model broken; batch left unanswered");
+                        continue;
                     }
                     let bucket = batch.bucket;
                     let first_read_ms = batch.items.iter().map(|job| job.read_ms).min().unwrap_or_else(now_ms);
@@ -163,7 +161,7 @@ impl EngineStage {
                     }
                     if ran.all_rows_failed() {
                         if let Err(reason) = current.probe() {
-                            self.report_broken(Some(reason), ran.finished.len());
+                            self.mark_broken(reason, ran.finished.len());
                             broken = true;
                             continue;
                         }
@@ -181,7 +179,7 @@ impl EngineStage {
                     // The new version passed its warm-up: it serves.
                     if broken {
                         broken = false;
-                        self.report_broken(None, 0);
+                        self.mark_recovered();
                     }
                     announce(&self.serving, &current);
                     metrics::counter!(MODEL_SWAPS_TOTAL).increment(1);
@@ -198,31 +196,20 @@ impl EngineStage {
 }
 
 impl EngineStage {
-    /// While broken, each batch tries the probe first.
-    fn still_broken(&self, current: &Loaded) -> bool {
-        match current.probe() {
-            Ok(()) => {
-                self.report_broken(None, 0);
-                false
-            }
-            Err(reason) => {
-                self.health.set_model_broken(Some(reason), now_ms());
-                true
-            }
-        }
+    fn mark_broken(&self, reason: String, unanswered: usize) {
+        tracing::error!(
+            reason,
+            unanswered,
+            "the model fails its known-good probe: broken; reading stops and the partitions go to other members"
+        );
+        metrics::gauge!(MODEL_BROKEN).set(1.0);
+        self.health.mark_model_broken(reason, now_ms());
     }
 
-    fn report_broken(&self, reason: Option<String>, unanswered: usize) {
-        match &reason {
-            Some(reason) => tracing::error!(
-                reason,
-                unanswered,
-                "the model fails its known-good probe: broken; reading stops and the partitions go to other members"
-            ),
-            None => tracing::info!("the model passes its known-good probe again; serving"),
-        }
-        metrics::gauge!(MODEL_BROKEN).set(if reason.is_some() { 1.0 } else { 0.0 });
-        self.health.set_model_broken(reason, now_ms());
+    fn mark_recovered(&self) {
+        tracing::info!("a new version serves; the model is no longer broken");
+        metrics::gauge!(MODEL_BROKEN).set(0.0);
+        self.health.mark_model_recovered();
     }
 }
 

@@ -16,6 +16,10 @@ struct PartitionState {
     highest_seen: Option<i64>,
     /// Last position handed out for committing.
     committed: Option<i64>,
+    /// After a rewind: where reading stood. Messages at or past it were
+    /// fetched before the seek back and are not tracked until the first
+    /// replayed one (below it) is (see [`CommitTracker::rewind`]).
+    refused_from: Option<i64>,
 }
 
 impl PartitionState {
@@ -59,6 +63,14 @@ impl CommitTracker {
         let Some(state) = self.partitions.get_mut(&partition).filter(|s| s.generation == generation) else {
             return false;
         };
+        if let Some(stood_at) = state.refused_from {
+            if offset >= stood_at {
+                // Fetched before the seek: tracked, it would let the commit
+                // jump past the replay. It is read again after the replay.
+                return false;
+            }
+            state.refused_from = None;
+        }
         // The first offset read is where the group already stands.
         state.committed.get_or_insert(offset);
         if state.in_flight.insert(offset, bytes).is_none() {
@@ -93,15 +105,27 @@ impl CommitTracker {
         }
     }
 
+    /// Where reading of `partition` stands for committing: its lowest
+    /// offset in flight, else one past the highest read (`None`: nothing
+    /// read yet, or not owned).
+    pub fn position(&self, partition: i32) -> Option<i64> {
+        self.partitions.get(&partition).and_then(PartitionState::position)
+    }
+
     /// The partition is read again from an earlier offset (Redis lost the
-    /// answers of its messages): a new generation begins, and work read
-    /// under the old one is dropped as a revoked partition's is. False when
-    /// the partition is not owned.
-    pub fn rewind(&mut self, partition: i32) -> bool {
+    /// answers of its messages); reading stood at `stood_at`: a new
+    /// generation begins, work read under the old one is dropped as a
+    /// revoked partition's is, and messages at or past `stood_at` are
+    /// refused until a replayed one (below it) arrives. False when the
+    /// partition is not owned.
+    pub fn rewind(&mut self, partition: i32, stood_at: i64) -> bool {
         if !self.partitions.contains_key(&partition) {
             return false;
         }
         self.assign(partition);
+        if let Some(state) = self.partitions.get_mut(&partition) {
+            state.refused_from = Some(stood_at);
+        }
         true
     }
 
@@ -140,16 +164,22 @@ mod tests {
             assert!(t.track(0, old, o, 1));
         }
         assert_eq!(t.complete(0, old, 100), Some(101));
-        assert!(t.rewind(0));
-        assert!(!t.rewind(1), "a partition not owned is not rewound");
+        assert_eq!(t.position(0), Some(101));
+        assert!(t.rewind(0, 103));
+        assert!(!t.rewind(1, 5), "a partition not owned is not rewound");
         let new = t.generation(0).unwrap();
         assert_ne!(new, old);
         assert_eq!(t.in_flight(), 0, "the old generation's work is dropped");
         assert_eq!(t.complete(0, old, 101), None, "late completions of the old generation are ignored");
         assert!(!t.track(0, old, 103, 1), "messages read before the rewind are not tracked");
+        // Fetched before the seek, read after the rewind: refused, or the
+        // commit would jump past the replay.
+        assert!(!t.track(0, new, 103, 1));
+        assert_eq!(t.in_flight(), 0);
         // Replayed from offset 90: the commit position follows the replay
-        // from there, below where it stood, so a worker dying mid-replay
-        // leaves the rest of the replay to the next owner.
+        // from there, below where it stood (the source commits the replay
+        // point itself, so a worker dying mid-replay leaves the rest of it
+        // to the next owner).
         for o in 90..92 {
             assert!(t.track(0, new, o, 1));
         }

@@ -196,19 +196,12 @@ impl Source {
         } else {
             None
         };
-        let offset_of = |list: &TopicPartitionList, partition: i32| match list
-            .find_partition(&self.topic, partition)
-            .map(|e| e.offset())
-        {
-            Some(Offset::Offset(o)) => Some(o),
-            _ => None,
-        };
         // A partition read past the high watermark asked for (messages sent
         // after it) counts below zero: those messages are in `in_flight`.
         let mut unread = 0i64;
         for (partition, low, high) in high_watermarks {
-            let start = offset_of(&positions, partition)
-                .or_else(|| committed.as_ref().and_then(|c| offset_of(c, partition)))
+            let start = offset_in(&positions, &self.topic, partition)
+                .or_else(|| committed.as_ref().and_then(|c| offset_in(c, &self.topic, partition)))
                 .unwrap_or(low);
             unread += high - start;
         }
@@ -216,14 +209,15 @@ impl Source {
     }
 
     /// Reads again every owned partition from its first message at or after
-    /// `from_ms` (Kafka's offsets-for-times), where that is before where
-    /// reading stands: Redis lost the answers written for those messages
-    /// (`status::redis_memory`). Each rewound partition begins a new
-    /// generation first, so work read before is dropped and what is read
-    /// after the seek is tracked afresh; answers are written with HSETNX, so
-    /// one that Redis still has is not written (nor announced) twice.
-    /// Returns how many messages will be read again. Blocks on the broker:
-    /// run it off the async runtime.
+    /// `from_ms` (Kafka's offsets-for-times), or from its oldest message in
+    /// flight if that is older (held through an outage longer than the
+    /// window), where that is before where reading stands: Redis lost the
+    /// answers written for those messages (`status::redis_memory`). Each
+    /// rewound partition begins a new generation first, so work read before
+    /// is dropped and what is read after the seek is tracked afresh;
+    /// answers are written with HSETNX, so one that Redis still has is not
+    /// written (nor announced) twice. Returns how many messages will be read
+    /// again. Blocks on the broker: run it off the async runtime.
     pub fn replay_since(&self, from_ms: i64, timeout: Duration) -> Result<u64, KafkaError> {
         let assigned = self.consumer.assignment()?;
         let mut times = TopicPartitionList::new();
@@ -238,30 +232,41 @@ impl Source {
         // Partitions not read from since they were assigned: reading will
         // start at their committed offset.
         let committed = self.consumer.committed_offsets(positions.clone(), timeout)?;
-        let offset_in = |list: &TopicPartitionList, partition: i32| match list
-            .find_partition(&self.topic, partition)
-            .map(|e| e.offset())
-        {
-            Some(Offset::Offset(o)) => Some(o),
-            _ => None,
-        };
         let mut replayed = 0;
         for element in found.elements_for_topic(&self.topic) {
             let partition = element.partition();
             // No offset: no message that young in the partition.
-            let Offset::Offset(from) = element.offset() else { continue };
-            let Some(at) = offset_in(&positions, partition).or_else(|| offset_in(&committed, partition)) else {
+            let Offset::Offset(window_start) = element.offset() else { continue };
+            let Some(stood_at) =
+                offset_in(&positions, &self.topic, partition).or_else(|| offset_in(&committed, &self.topic, partition))
+            else {
                 continue;
             };
+            let held_from = self.ledger.lock().position(partition);
+            let from = held_from.map_or(window_start, |held| held.min(window_start));
             // Never forward: what is not read yet is read anyway.
-            if from >= at || !self.ledger.change(|tracker| tracker.rewind(partition)) {
+            if from >= stood_at || !self.ledger.change(|tracker| tracker.rewind(partition, stood_at)) {
                 continue;
             }
-            self.consumer.seek(&self.topic, partition, Offset::Offset(from), timeout)?;
-            tracing::warn!(partition, from, to = at, "reading again what Redis lost");
-            replayed += (at - from) as u64;
+            self.rewind_to(partition, from, timeout)?;
+            tracing::warn!(partition, from, to = stood_at, "reading again what Redis lost");
+            replayed += (stood_at - from) as u64;
         }
         Ok(replayed)
+    }
+
+    /// Moves a partition's reading, stored offset and committed offset back
+    /// to `from`.
+    fn rewind_to(&self, partition: i32, from: i64, timeout: Duration) -> Result<(), KafkaError> {
+        let mut at = TopicPartitionList::new();
+        at.add_partition_offset(&self.topic, partition, Offset::Offset(from))?;
+        // The stored offset first: auto-commit would put the old one back.
+        self.consumer.store_offsets(&at)?;
+        self.consumer.seek(&self.topic, partition, Offset::Offset(from), timeout)?;
+        // librdkafka commits stored offsets only forward: the replay point is
+        // committed by hand, so a worker that dies (or loses the partition)
+        // mid-replay leaves the rest of the replay to the next owner.
+        self.consumer.commit(&at, CommitMode::Sync)
     }
 
     /// The group's lag on every partition of the topic, not only this
@@ -269,6 +274,14 @@ impl Source {
     /// broker: run it off the async runtime.
     pub fn lag(&self, timeout: Duration) -> Result<fleet_ops::lag::TopicLag, KafkaError> {
         fleet_ops::probe::measure(self.consumer.as_ref(), &self.group, &self.topic, timeout)
+    }
+}
+
+/// The offset `list` holds for `topic`'s `partition`, when it holds one.
+fn offset_in(list: &TopicPartitionList, topic: &str, partition: i32) -> Option<i64> {
+    match list.find_partition(topic, partition).map(|e| e.offset()) {
+        Some(Offset::Offset(o)) => Some(o),
+        _ => None,
     }
 }
 
