@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test test-deploy bench-batching bench-pipeline bench-peer bench-precision bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test up down test-deploy bench-batching bench-pipeline bench-peer bench-precision bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -9,6 +9,14 @@ demo:
 
 test:
 	bash scripts/test.sh
+
+# The local broker, Redis and the shipped models' topics, left running
+# (README, "Using it"); `make down` stops what `make up` started.
+up:
+	bash scripts/up.sh
+
+down:
+	bash scripts/down.sh
 
 # The chart, compose file, alert rules and dashboard only (part of `make test`).
 test-deploy:

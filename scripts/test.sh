@@ -15,4 +15,6 @@ export FLEET_MODEL_REPO="$PWD/models"
 bash scripts/test-deploy.sh
 # The drills run the built fleet-worker binary: build it from this tree first.
 cargo build --release --workspace --bins
+# Every make target, path, FLEET_* variable and flag the docs name exists.
+python3 scripts/check-docs.py "$FLEET_BIN_DIR"
 cargo test --release --workspace "$@"

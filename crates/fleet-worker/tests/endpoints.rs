@@ -43,6 +43,28 @@ const NOT_A_WORKERS: &[&str] = &[
     "kube_horizontalpodautoscaler_status_current_replicas",
 ];
 
+/// Producer-side series docs/metrics.md names (the producer library
+/// exports them where its application serves metrics).
+const PRODUCERS: &[&str] =
+    &["fleet_admission_refused_total", "fleet_admission_predicted_wait_seconds", "fleet_producer_replaced_total"];
+
+/// Words of docs/metrics.md shaped like metric names that are not series:
+/// the crate fleet_ops, the exporter kafka_exporter, the HPA's external
+/// metric kafka_lag (prometheus-adapter's name for the lag), a name prefix.
+const NOT_SERIES: &[&str] = &["fleet_ops", "kafka_exporter", "kafka_lag", "nv_gpu_memory_"];
+
+/// Every metric name docs/metrics.md mentions.
+fn names_in_metrics_doc() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md")).unwrap();
+    let mut names = BTreeSet::new();
+    for word in doc.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if ["fleet_", "kafka_", "nv_"].iter().any(|p| word.starts_with(p)) && !NOT_SERIES.contains(&word) {
+            names.insert(word.to_owned());
+        }
+    }
+    names
+}
+
 /// Only on CUDA: absent on CPU, not zero.
 const GPU_ONLY: &[&str] = &["nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"];
 
@@ -142,6 +164,19 @@ async fn a_worker_serves_health_readiness_and_every_contract_metric() {
         })
         .collect();
     assert!(unknown.is_empty(), "deploy/ queries metrics no worker exports: {unknown:?}");
+
+    // docs/metrics.md and the scrape agree both ways: every series a worker
+    // exports is documented, every documented worker series is exported.
+    let documented = names_in_metrics_doc();
+    let undocumented: Vec<&String> = exported.iter().filter(|name| !documented.contains(*name)).collect();
+    assert!(undocumented.is_empty(), "exported but not in docs/metrics.md: {undocumented:?}");
+    let folded = |name: &str| exported_names(&format!("{name} 0")).into_iter().next().unwrap_or_default();
+    let missing: Vec<&String> = documented
+        .iter()
+        .filter(|name| !exported.contains(&folded(name)))
+        .filter(|name| !GPU_ONLY.contains(&name.as_str()) && !PRODUCERS.contains(&name.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "in docs/metrics.md but not exported by a worker: {missing:?}");
 
     // Redis stops answering: the worker says it is not ready, and why; it
     // comes back by itself.
