@@ -51,9 +51,11 @@ bench-image-burst:
 loadtest:
 	bash scripts/loadtest.sh
 
-# Each fault drill at full length (make test runs them shortened).
+# Each fault drill at full length (make test runs them shortened), then the
+# dependency and broken-model drills (docs/operations.md, section 8).
 drills:
 	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && for d in kill-worker restart-broker redis-outage rebalance; do "$$FLEET_BIN_DIR/loadtest" drill $$d || exit 1; done'
+	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && cargo test --release -p fleet-worker --test dependency_faults --test broken_model'
 
 # Fixed backlog limit vs predicted-wait admission on the same burst, three
 # rounds (about 8 minutes; docs/benchmarks.md).

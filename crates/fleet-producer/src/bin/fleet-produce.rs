@@ -349,3 +349,20 @@ fn exit_for(overloaded: Option<fleet_producer::Overloaded>) -> Result<()> {
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn prefixes_may_follow_the_subcommand_like_the_kafka_settings() {
+        let cli = Cli::try_parse_from(["fleet-produce", "topics", "--model", "m", "--topic-prefix", "blue.infer."]);
+        assert_eq!(cli.map(|c| c.namespace.topic_prefix).ok().as_deref(), Some("blue.infer."));
+    }
+}
