@@ -74,6 +74,10 @@ pub const ASSIGNED_PARTITIONS: &str = "fleet_assigned_partitions";
 /// Requests dropped before compute because their partition was revoked
 /// after they were read (the new owner reads them again).
 pub const REVOKED_DROPPED_TOTAL: &str = "fleet_revoked_dropped_total";
+/// The most rows a batch of each length bucket may hold now (lowered when
+/// a batch of it did not fit in device memory), labelled by the bucket's
+/// token bound.
+pub const BATCH_ROW_CAP: &str = "fleet_batch_row_cap";
 /// Partitions taken from this worker by rebalances.
 pub const PARTITIONS_REVOKED_TOTAL: &str = "fleet_partitions_revoked_total";
 /// Messages read again because Redis lost the answers written for them.
@@ -160,6 +164,10 @@ pub fn register(labels: &SeriesLabels) {
     describe_counter!(PANICS_TOTAL, "Panics contained to one message or batch, by stage");
     describe_gauge!(ASSIGNED_PARTITIONS, "Partitions of the model's topic this worker owns now");
     describe_counter!(REVOKED_DROPPED_TOTAL, "Requests dropped before compute: their partition was revoked");
+    describe_gauge!(
+        BATCH_ROW_CAP,
+        "Most rows a batch of the bucket (label: its token bound) may hold now; lowered by out-of-memory splits"
+    );
     describe_counter!(PARTITIONS_REVOKED_TOTAL, "Partitions taken from this worker by rebalances");
     describe_counter!(REPLAYED_TOTAL, "Messages read again because Redis lost the answers written for them");
     describe_counter!(

@@ -13,7 +13,7 @@
 pub mod bucket;
 
 use crate::job::{timings, Finished, Job, SinkItem};
-use crate::metrics::TTL_DROPPED_TOTAL;
+use crate::metrics::{BATCH_ROW_CAP, TTL_DROPPED_TOTAL};
 use crate::serving::ServingVersion;
 use crate::stages::engine::BatchFeedback;
 use crate::stages::source::Ledger;
@@ -42,6 +42,9 @@ pub struct BatchStage {
 impl BatchStage {
     pub async fn run(mut self) {
         let mut batcher: BucketBatcher<Job> = BucketBatcher::new(self.limits.clone());
+        for bucket in 0..self.limits.boundaries.len() {
+            self.publish_row_cap(&batcher, bucket);
+        }
         let mut open = true;
         let mut revocations_seen = self.ledger.revocations();
         while open || !batcher.is_empty() {
@@ -89,8 +92,17 @@ impl BatchStage {
         while let Ok(feedback) = self.feedback.try_recv() {
             match feedback {
                 BatchFeedback::Timing { bucket, infer_ms } => batcher.observe_inference(bucket, infer_ms),
-                BatchFeedback::RowCap { bucket, rows } => batcher.cap_rows(bucket, rows),
+                BatchFeedback::RowCap { bucket, rows } => {
+                    batcher.cap_rows(bucket, rows);
+                    self.publish_row_cap(batcher, bucket);
+                }
             }
+        }
+    }
+
+    fn publish_row_cap(&self, batcher: &BucketBatcher<Job>, bucket: usize) {
+        if let Some(bound) = self.limits.boundaries.get(bucket) {
+            metrics::gauge!(BATCH_ROW_CAP, "bucket" => bound.to_string()).set(batcher.row_cap(bucket) as f64);
         }
     }
 
