@@ -308,6 +308,13 @@ async fn execute(command: Command) -> Result<()> {
                 ProfileName::Ramp => "ramp",
                 ProfileName::Burst => "burst",
             };
+            // The run reads answers and backlog reports from one Redis
+            // server under the default prefixes: a cluster would be read as
+            // its first seed node alone, so it is refused, not ignored.
+            anyhow::ensure!(
+                !args.redis.redis_cluster,
+                "loadtest run measures a fleet on one Redis server; --redis-cluster is not supported"
+            );
             let kafka = KafkaConfig::from_args(&args.kafka)?;
             fleet_connect::kafka_check::check_at_start(&kafka.client_config(), std::time::Duration::from_secs(10))?;
             let started = unix_s();
