@@ -122,15 +122,20 @@ impl Loader {
 
     /// Records `refused`: counted, logged, and skipped until its files change.
     pub fn refuse(&mut self, refused: Refused, fingerprint: Option<Fingerprint>) {
-        metrics::counter!(MODEL_LOAD_FAILURES_TOTAL, "reason" => refused.reason.as_str()).increment(1);
-        tracing::error!(
-            version = refused.version,
-            reason = refused.reason.as_str(),
-            error = %refused.source,
-            "model version refused; the serving version stays"
-        );
+        report(&refused);
         self.refusals.refuse(refused.version, fingerprint);
     }
+}
+
+/// Counts and logs a refusal (the metric's `reason` label, the log's error).
+pub fn report(refused: &Refused) {
+    metrics::counter!(MODEL_LOAD_FAILURES_TOTAL, "reason" => refused.reason.as_str()).increment(1);
+    tracing::error!(
+        version = refused.version,
+        reason = refused.reason.as_str(),
+        error = %refused.source,
+        "model version refused; the serving version stays"
+    );
 }
 
 /// Loads `version`, sets its memory limit and warms it up. Blocks.

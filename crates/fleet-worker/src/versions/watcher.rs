@@ -12,10 +12,9 @@
 //! version's again or the workers restart (a rolling update) to serve it.
 
 use super::lifecycle::{self, Decision};
-use super::load::{LoadContext, Loader, RefusalReason, Refused};
+use super::load::{self, LoadContext, Loader, RefusalReason, Refused};
 use super::repository;
 use crate::config::{ModelConfig, ModelVersion};
-use crate::metrics::MODEL_LOAD_FAILURES_TOTAL;
 use crate::serving::ServingVersion;
 use crate::shutdown::Shutdown;
 use crate::stages::engine::error::EngineError;
@@ -97,14 +96,12 @@ impl Watcher {
                 // Not a refusal of the version's files: the config may be
                 // put back, and the version then swapped in.
                 if warned_config.as_ref() != Some(&(next, changed.clone())) {
-                    metrics::counter!(MODEL_LOAD_FAILURES_TOTAL, "reason" => RefusalReason::ConfigChanged.as_str())
-                        .increment(1);
-                    tracing::error!(
-                        version = next,
-                        changed = ?changed,
-                        "config.toml differs from the serving version's; its limits, TTLs and task apply at start: \
-                         restart the workers (rolling update) to serve it; the serving version stays"
-                    );
+                    let source = EngineError::Incompatible(format!(
+                        "config.toml differs from the serving version's in {}; its limits, TTLs and task apply at \
+                         start: restart the workers (rolling update) to serve it",
+                        changed.join(", ")
+                    ));
+                    load::report(&Refused { version: next, reason: RefusalReason::ConfigChanged, source });
                     warned_config = Some((next, changed));
                 }
                 continue;
