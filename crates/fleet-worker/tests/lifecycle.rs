@@ -225,7 +225,9 @@ async fn batches_over_the_memory_limit_are_split_and_every_row_is_answered() {
     assert_eq!(error.code.as_str(), "model_failed");
     assert!(error.message.contains("device memory"), "{}", error.message);
     // The limit moved the batcher: some bucket's row cap fell below
-    // max_batch_size (32), found at warm-up or by a live split.
+    // max_batch_size (32). Under a memory limit the warm-up runs each
+    // bucket's largest batch (32 rows of 16 tokens need ~8 MB), and a live
+    // split lowers the cap too.
     let scrape = worker.scrape().await;
     let caps: Vec<f64> = scrape
         .lines()
@@ -233,10 +235,6 @@ async fn batches_over_the_memory_limit_are_split_and_every_row_is_answered() {
         .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
         .collect();
     assert!(!caps.is_empty(), "no fleet_batch_row_cap series in the scrape");
-    let splits = metric_value(&scrape, "fleet_oom_splits_total", &[("model", "minilm")]);
-    assert!(
-        caps.iter().any(|&cap| cap < 32.0) || splits >= 1.0,
-        "the memory limit neither capped a bucket nor split a batch: caps {caps:?}"
-    );
+    assert!(caps.iter().any(|&cap| cap < 32.0), "the memory limit capped no bucket: caps {caps:?}");
     assert_eq!(worker.get("/healthz").await.map(|(code, _)| code), Some(200), "the worker lives on");
 }
