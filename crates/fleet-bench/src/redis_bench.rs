@@ -5,6 +5,7 @@
 use anyhow::Result;
 use fleet_connect::redis::RedisConfig;
 use fleet_proto::{Answer, ModelName, Namespace, RequestId, Timings};
+use fleet_worker::config::model::TtlConfig;
 use fleet_worker::job::Finished;
 use fleet_worker::stages::cache::entry::tokens_hash;
 use fleet_worker::stages::cache::FeatureCache;
@@ -12,6 +13,7 @@ use fleet_worker::stages::engine::precision::Precision;
 use fleet_worker::stages::engine::torch::TextModule;
 use fleet_worker::stages::sink::ResultSink;
 use fleet_worker::stages::source::message::Position;
+use fleet_worker::versions::handover::VersionTtls;
 use std::time::Instant;
 
 pub struct RedisFigures {
@@ -39,7 +41,8 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
     let embeddings = engine.vectors(&row_refs)?;
     let batches = answers(n, rows.len(), &embeddings[0]);
     let target = RedisConfig::url(redis_url).target()?;
-    let mut sink = ResultSink::connect(&target, Namespace::default(), 30, 30).await?;
+    let ttls = VersionTtls::new(1, TtlConfig { result_ttl_s: 30, feature_ttl_s: 30, ..TtlConfig::default() });
+    let mut sink = ResultSink::connect(&target, Namespace::default(), ttls).await?;
     let mut conn = redis::Client::open(redis_url)?.get_multiplexed_async_connection().await?;
     let clear = |conn: &mut redis::aio::MultiplexedConnection| {
         let mut conn = conn.clone();

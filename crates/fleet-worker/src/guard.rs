@@ -64,6 +64,13 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
+/// Locks `mutex` whether or not a holder panicked: the fleet's locks guard
+/// state that a panic cannot leave worse than losing it (no holder panics
+/// halfway through an update), so a poisoned one is used as it stands.
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

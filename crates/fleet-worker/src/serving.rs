@@ -1,5 +1,7 @@
-//! The version being served, shared by the stages that tag answers with it
-//! (refusals, expiries, cache hits) and set by the engine when it swaps.
+//! The version the engine serves now, set by the engine when it swaps in a
+//! handover's module: the repository watcher waits for it before loading
+//! another version. (The stages tag their answers with the version of the
+//! last handover that passed them: `versions::handover`.)
 
 use crate::stages::engine::precision::Precision;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -40,7 +40,9 @@ use crate::status::gpu::GpuMemory;
 use crate::status::health::{Health, SinkProblem};
 use crate::status::redis_memory::RedisMemory;
 use crate::status::reporter::StatusReporter;
-use crate::versions::first::{load_first, FirstVersion, LoadSettings};
+use crate::versions::first::{load_first, FirstVersion};
+use crate::versions::handover::{Handover, Piped, VersionTtls};
+use crate::versions::load::LoadSettings;
 use crate::versions::watcher::Watcher;
 use anyhow::{bail, Context, Result};
 use fleet_connect::redis::RedisTarget;
@@ -88,7 +90,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         cpu: args.cpu_features(),
         decode: DecodeSettings { budget_bytes: args.decode_budget_bytes, threads: args.decode_threads },
     };
-    let FirstVersion { version, warmed, intake, tokenizer, ctx, loader } =
+    let FirstVersion { version, warmed, intake, tokenizer, loader } =
         load_first(&args.model_repo, &args.model, &settings).await?;
     let serving = ServingVersion::new(version.version);
     if version.config.kind == ModelKind::Image && kafka.get("max.partition.fetch.bytes").is_none() {
@@ -98,6 +100,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         kafka.set("max.partition.fetch.bytes", "20971520");
     }
     let ttl = &version.config.ttl;
+    let ttls = VersionTtls::new(version.version, ttl.clone());
     let redis = args.redis.target()?;
     if args.redis_wait_replicas > 0 && args.redis.redis_cluster {
         bail!("--redis-wait-replicas is not supported with --redis-cluster (WAIT covers one node's replicas)");
@@ -106,30 +109,35 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         .then_some(ReplicaWait { replicas: args.redis_wait_replicas, timeout: args.redis_wait_timeout });
     let dead_letters = DeadLetters::new(&kafka, names.dlq_topic(&args.model), names.topic(&args.model))?;
 
-    let (job_tx, job_rx) = mpsc::channel::<Job>(JOB_QUEUE);
-    let (batch_tx, batch_rx) = mpsc::channel::<Batch<Job>>(BATCH_QUEUE);
+    let (job_tx, job_rx) = mpsc::channel::<Piped<Job>>(JOB_QUEUE);
+    let (batch_tx, batch_rx) = mpsc::channel::<Piped<Batch<Job>>>(BATCH_QUEUE);
+    // One at a time: the watcher loads the next version only once the
+    // engine serves the last one.
+    let (handover_tx, handover_rx) = mpsc::channel::<Box<Handover>>(1);
     let (command_tx, command_rx) = mpsc::channel::<EngineCommand>(BATCH_QUEUE);
     let (sink_tx, sink_rx) = mpsc::channel::<SinkItem>(SINK_QUEUE);
     let (batch_feedback_tx, batch_feedback_rx) = mpsc::unbounded_channel::<BatchFeedback>();
     let (held_tx, held_rx) = mpsc::unbounded_channel();
     for &(bucket, rows) in &warmed.warm.row_caps {
-        let _ = batch_feedback_tx.send(BatchFeedback::RowCap { bucket, rows });
+        let _ = batch_feedback_tx.send(BatchFeedback::RowCap { version: version.version, bucket, rows });
     }
     let (stop_reading, reading) = shutdown::channel();
     let (stop_reporting, reporting) = shutdown::channel();
     let busy_us = Arc::new(AtomicU64::new(0));
     let answered = Arc::new(AtomicU64::new(0));
 
+    // What the first batches are looked up under in the feature cache.
+    let first_served = (version.version, warmed.loaded.model.precision);
     let engine = EngineStage {
         model: args.model.clone(),
         namespace: names.clone(),
-        threads: ctx.threads,
+        threads: settings.threads,
         busy_us: busy_us.clone(),
         serving: serving.clone(),
         health: health.clone(),
         commands: command_rx,
         sink: sink_tx.clone(),
-        batch_feedback: batch_feedback_tx.clone(),
+        batch_feedback: batch_feedback_tx,
         held_feedback: held_tx,
     }
     .spawn(warmed.loaded)?;
@@ -140,8 +148,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         names: &names,
         model: &args.model,
         worker_id: args.worker_id(),
-        result_ttl_s: ttl.result_ttl_s,
-        feature_ttl_s: ttl.feature_ttl_s,
+        ttls: ttls.clone(),
         task_tag: version.config.task.tag(),
         replica_wait,
     };
@@ -155,18 +162,19 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         }
     };
     tracing::info!(model = %args.model, "Redis answers; subscribing");
-    let batch_limits = ctx.limits.clone();
+    let batch_limits = version.config.batching.limits(version.config.max_input_len());
     let watcher = Watcher {
         repo: args.model_repo.clone(),
         model: args.model.clone(),
-        ctx,
+        settings,
         serving: serving.clone(),
         loader,
         interval: args.model_poll_interval,
         tokenizer,
         serving_config: version.config.clone(),
-        commands: command_tx.clone(),
-        feedback: batch_feedback_tx,
+        shared_decoding: intake.decoding().cloned(),
+        ttls: ttls.clone(),
+        handovers: handover_tx,
         shutdown: reading.clone(),
     };
     let watching = tokio::spawn(watcher.run());
@@ -187,7 +195,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         source: source.clone(),
         backlog,
         memory,
-        replay_window_ms: ttl.request_ttl_ms + ttl.result_ttl_s * 1000,
+        ttls,
         health: health.clone(),
         gpu: device.is_cuda().then(open_gpu_memory).flatten(),
         shutdown: reporting,
@@ -207,8 +215,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let sink = tokio::spawn(watched("sink", health.clone(), stopping.clone(), sink.run()));
     let batch = BatchStage {
         model: args.model.clone(),
-        serving: serving.clone(),
         limits: batch_limits,
+        version: version.version,
         jobs: job_rx,
         batches: batch_tx,
         feedback: batch_feedback_rx,
@@ -221,13 +229,18 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         engine: command_tx,
         sink: sink_tx.clone(),
         cache,
-        serving: serving.clone(),
+        version: first_served,
         ledger,
     };
     let cache = tokio::spawn(watched("cache", health.clone(), stopping.clone(), cache.run()));
     let admission = AdmissionStage {
         inbox,
-        policy: AdmissionPolicy { model: args.model.clone(), serving, intake, request_ttl_ms: ttl.request_ttl_ms },
+        policy: AdmissionPolicy {
+            model: args.model.clone(),
+            version: version.version,
+            intake,
+            request_ttl_ms: ttl.request_ttl_ms,
+        },
         flow: FlowLimits {
             max_messages: args.max_in_flight.max(1),
             max_bytes: args.max_in_flight_bytes.max(1),
@@ -238,6 +251,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         health: health.clone(),
         jobs: job_tx,
         sink: sink_tx,
+        handovers: handover_rx,
         shutdown: reading,
     };
     // Not spawned: reading runs on the thread that runs `run` (`main`'s
@@ -258,9 +272,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     stop_reading.fire();
     stopping.store(true, Ordering::Relaxed);
     tracing::info!(in_flight = source.in_flight(), timeout = ?args.drain_timeout, "draining");
-    // The watcher holds a sender of the engine's queue, which must close
-    // for the engine to finish. Aborted, not only told: it may be waiting
-    // to hand a swap to a stuck engine.
+    // Aborted, not only told: it may be loading a version, or waiting to
+    // hand one to an admission stage that no longer reads.
     watching.abort();
     let _ = watching.await;
     let drain = async {
@@ -312,8 +325,7 @@ struct RedisParts<'a> {
     names: &'a Namespace,
     model: &'a ModelName,
     worker_id: String,
-    result_ttl_s: u64,
-    feature_ttl_s: u64,
+    ttls: VersionTtls,
     task_tag: String,
     replica_wait: Option<ReplicaWait>,
 }
@@ -364,7 +376,7 @@ async fn wait_for_redis(parts: RedisParts<'_>, health: &Health, url: &str) -> Co
 async fn connect_redis(parts: &RedisParts<'_>) -> Result<Connected, redis::RedisError> {
     let RedisParts { target, names, model, .. } = parts;
     Ok(Connected {
-        results: ResultSink::connect(target, (*names).clone(), parts.result_ttl_s, parts.feature_ttl_s)
+        results: ResultSink::connect(target, (*names).clone(), parts.ttls.clone())
             .await?
             .with_replica_wait(parts.replica_wait),
         cache: FeatureCache::connect(target, (*names).clone(), (*model).clone(), parts.task_tag.clone()).await?,

@@ -1,7 +1,9 @@
 //! Model lifecycle against a real worker, broker and Redis: a new version is
 //! swapped in under load, a broken one is refused while the old one keeps
-//! serving, a pin rolls back without a restart; and a batch over the device
-//! memory limit is split with every row answered.
+//! serving, a pin rolls back without a restart, a version takes over with
+//! its config's limits and TTLs (one that changes the task type is
+//! refused); and a batch over the device memory limit is split with every
+//! row answered.
 
 mod common;
 
@@ -183,6 +185,80 @@ async fn versions_swap_under_load_a_broken_one_is_refused_and_a_pin_rolls_back()
     assert!(answers(&redis, &ids).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 1)));
     // The broken version was tried once, not on every poll.
     assert_eq!(load_failures(&worker).await, 1.0);
+}
+
+/// Each bucket's row cap as the worker reports it (`fleet_batch_row_cap`).
+fn row_caps(scrape: &str) -> Vec<f64> {
+    scrape
+        .lines()
+        .filter(|l| l.starts_with("fleet_batch_row_cap{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// Seconds the answer of `id` has left in Redis.
+async fn answer_ttl_s(redis: &Redis, id: &RequestId) -> i64 {
+    redis.connection().await.ttl(Namespace::default().result_key(id)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_takes_over_with_its_limits_and_ttls_and_a_task_type_change_is_refused() {
+    let _serial = serial().await;
+    let repo = own_repo("config");
+    let extra = ["--model-repo", repo.to_str().unwrap(), "--model-poll-interval", "300ms", "--intra-op-threads", "1"];
+    let Fleet { _broker, redis, worker, producer } = start_fleet(&extra).await;
+    // A text of 310 bytes: within version 1's max_text_bytes (65536), over
+    // the 200 of version 2's.
+    let wordy = vec!["the quick brown fox jumps over the lazy dog and runs far away ".repeat(5)];
+    assert_eq!(wordy[0].len(), 310);
+
+    let before = send_paced(&producer, "v1", &wordy, Duration::ZERO).await;
+    assert_eq!(answers(&redis, &before).await[0].status, Status::Ok);
+    let v1_ttl = answer_ttl_s(&redis, &before[0]).await;
+    assert!((1..=30).contains(&v1_ttl), "version 1 keeps answers 30 s, this one has {v1_ttl} s");
+    let caps = row_caps(&worker.scrape().await);
+    assert!(caps.iter().any(|&cap| cap > 4.0), "version 1 batches up to 32 rows: caps {caps:?}");
+
+    // Version 2 comes with other limits and TTLs in config.toml: texts over
+    // 200 bytes refused, 4 rows per batch at most, answers kept 600 s.
+    let config = std::fs::read_to_string(repo.join("minilm/config.toml")).unwrap();
+    let changed = config
+        .replace("max_text_bytes = 65536", "max_text_bytes = 200")
+        .replace("max_batch_size = 32", "max_batch_size = 4")
+        .replace("result_ttl_s = 30", "result_ttl_s = 600");
+    for line in ["max_text_bytes = 200", "max_batch_size = 4", "result_ttl_s = 600"] {
+        assert!(changed.contains(line), "minilm's config.toml no longer has the line this test edits: {line}");
+    }
+    std::fs::write(repo.join("minilm/config.toml"), &changed).unwrap();
+    link_version(&repo, 2);
+    wait_for(&worker, "fleet_model_version", &[("model", "minilm")], 2.0, Duration::from_secs(120)).await;
+
+    let after = send_paced(&producer, "v2", &wordy, Duration::ZERO).await;
+    let refused = &answers(&redis, &after).await[0];
+    assert_eq!((refused.status, refused.version), (Status::Error, 2));
+    assert_eq!(refused.error.as_ref().unwrap().code.as_str(), "text_too_long", "version 2's max_text_bytes");
+    let short = send_paced(&producer, "v2short", &same_length_texts(3, "green"), Duration::ZERO).await;
+    assert!(answers(&redis, &short).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 2)));
+    let v2_ttl = answer_ttl_s(&redis, &short[0]).await;
+    assert!((31..=600).contains(&v2_ttl), "version 2 keeps answers 600 s, this one has {v2_ttl} s");
+    let caps = row_caps(&worker.scrape().await);
+    assert!(!caps.is_empty() && caps.iter().all(|&cap| cap <= 4.0), "version 2 batches 4 rows at most: {caps:?}");
+
+    // Version 3 turns the embedder into a classifier: not something a
+    // running worker can become. Refused with the reason; version 2 serves on.
+    let classifier = changed.replace("type = \"embedding\"", "type = \"classification\"");
+    let classifier: String = classifier
+        .lines()
+        .filter(|l| !l.starts_with("pooling") && !l.starts_with("normalize"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(repo.join("minilm/config.toml"), classifier).unwrap();
+    link_version(&repo, 3);
+    let reason = [("model", "minilm"), ("reason", "config_changed")];
+    wait_for(&worker, "fleet_model_load_failures_total", &reason, 1.0, Duration::from_secs(30)).await;
+    let still = send_paced(&producer, "v3", &same_length_texts(3, "blue"), Duration::ZERO).await;
+    assert!(answers(&redis, &still).await.iter().all(|a| (a.status, a.version) == (Status::Ok, 2)));
+    assert_eq!(metric_value(&worker.scrape().await, "fleet_model_version", &[("model", "minilm")]), 2.0);
 }
 
 /// Versions the worker refused because they would not load.

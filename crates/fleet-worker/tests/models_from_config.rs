@@ -49,7 +49,7 @@ fn reference(model: &str) -> Value {
 /// Loads `version` in fp32 on the CPU with its real probes; the error's
 /// config key when it is refused for its signature.
 fn refused_key(version: &ModelVersion) -> Result<(), String> {
-    let (_, samples) = Intake::for_version(version, DecodeSettings { budget_bytes: 1 << 30, threads: 1 })
+    let (_, samples) = Intake::for_version(version, DecodeSettings { budget_bytes: 1 << 30, threads: 1 }, None)
         .map_err(|e| e.to_string())?;
     let target = LoadTarget { device: tch::Device::Cpu, cpu: CpuFeatures::from_names(&[]), probes: &samples.probes };
     let guard = MemoryGuard { cost: version.config.device.activation_cost(), limit: None };

@@ -259,6 +259,36 @@ impl ModelConfig {
         sections.into_iter().filter(|(_, same)| !same).map(|(name, _)| name).collect()
     }
 
+    /// What in `next` cannot take over from this config while serving: the
+    /// model's kind, its task's type and the module's signature (a text
+    /// model's inputs, an image model's input size and layout). A worker
+    /// serves those by restarting (a rolling update); everything else — input
+    /// and batch limits, TTLs, the task's parameters, the device section —
+    /// is handed over live with the version (`versions::handover`).
+    pub fn unswappable_changes(&self, next: &ModelConfig) -> Vec<String> {
+        let mut changes = Vec::new();
+        if self.kind != next.kind {
+            changes.push(format!("kind {:?} -> {:?}", self.kind, next.kind));
+        }
+        if self.task.name() != next.task.name() {
+            changes.push(format!("task type {} -> {}", self.task.name(), next.task.name()));
+        }
+        if let (Some(now), Some(then)) = (&self.text, &next.text) {
+            if now.inputs != then.inputs {
+                changes.push(format!("text.inputs {:?} -> {:?}", now.inputs, then.inputs));
+            }
+        }
+        if let (Some(now), Some(then)) = (&self.image, &next.image) {
+            if now.size != then.size {
+                changes.push(format!("image.size {} -> {}", now.size, then.size));
+            }
+            if now.layout != then.layout {
+                changes.push(format!("image.layout {:?} -> {:?}", now.layout, then.layout));
+            }
+        }
+        changes
+    }
+
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let raw =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;

@@ -15,6 +15,7 @@
 //! The verdicts are pure functions of the facts and the time, so their
 //! rules are tested without servers.
 
+use crate::guard::lock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -56,6 +57,8 @@ pub struct Health {
     /// in flight until their partitions are revoked), even if it recovers
     /// before it could.
     broken_episodes: AtomicU64,
+    /// Why a replay of what Redis lost has not begun yet, while it has not.
+    replay_pending: Mutex<Option<String>>,
 }
 
 /// A copy of the facts at one moment.
@@ -78,6 +81,8 @@ pub struct Facts {
     pub stopped_stage: Option<&'static str>,
     /// Since when (Unix ms) and why the model fails its known-good probe.
     pub model_broken: Option<(u64, String)>,
+    /// Why a replay of what Redis lost has not begun yet, while it has not.
+    pub replay_pending: Option<String>,
 }
 
 impl Health {
@@ -172,6 +177,15 @@ impl Health {
         self.broken_episodes.load(Ordering::Relaxed)
     }
 
+    /// A replay of what Redis lost could not begin (`Some`, why), or began.
+    pub fn set_replay_pending(&self, reason: Option<String>, now_ms: u64) {
+        if reason.is_some() {
+            // The broker did not answer the seek: the stall clock waits.
+            self.dependency_failed(now_ms);
+        }
+        *lock(&self.replay_pending) = reason;
+    }
+
     /// Whether reading must stop: a write no retry cures, or a broken model.
     pub fn must_stop_reading(&self) -> bool {
         self.sink_blocked() || self.model_broken()
@@ -190,12 +204,9 @@ impl Health {
             sink_problems: lock(&self.sink_problems).clone(),
             stopped_stage: *lock(&self.stopped_stage),
             model_broken: lock(&self.model_broken).clone(),
+            replay_pending: lock(&self.replay_pending).clone(),
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// How long the worker has held messages without writing any answer nor
@@ -271,6 +282,9 @@ pub fn readiness(facts: &Facts, now_ms: u64) -> Result<(), String> {
     if let Some((_, reason)) = &facts.model_broken {
         problems.push(format!("model broken (its known-good probe fails): {reason}"));
     }
+    if let Some(reason) = &facts.replay_pending {
+        problems.push(format!("answers Redis lost are not replayed yet: {reason}"));
+    }
     problems.extend(dependency_problems(facts, now_ms));
     if let Err(dead) = liveness(facts, now_ms) {
         problems.push(dead);
@@ -306,6 +320,7 @@ mod tests {
             sink_problems: Vec::new(),
             stopped_stage: None,
             model_broken: None,
+            replay_pending: None,
         }
     }
 
@@ -438,6 +453,14 @@ mod tests {
         assert_eq!(health.facts().dependency_fault_ms, 70);
         health.set_sink_problem("redis", None, 90);
         assert_eq!(health.facts().dependency_fault_ms, 70, "clearing is not a fault");
+    }
+
+    #[test]
+    fn a_replay_that_has_not_begun_is_not_ready_and_not_dead() {
+        let pending = Facts { replay_pending: Some("seek timed out".into()), ..healthy() };
+        let reason = readiness(&pending, NOW).unwrap_err();
+        assert!(reason.contains("not replayed yet: seek timed out"), "{reason}");
+        assert_eq!(liveness(&pending, NOW), Ok(()), "the broker's fault: a restart cures nothing");
     }
 
     #[test]

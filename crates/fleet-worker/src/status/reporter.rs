@@ -13,6 +13,7 @@ use super::redis_memory::{Memory, RedisMemory};
 use crate::metrics::{DRAIN_RATE, REDIS_MEMORY_LOST_TOTAL, REPLAYED_TOTAL, SINK_STALLED_SECONDS, WORKER_READY};
 use crate::shutdown::Shutdown;
 use crate::stages::source::Source;
+use crate::versions::handover::VersionTtls;
 use fleet_proto::clock::now_ms;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,8 +42,9 @@ pub struct StatusReporter {
     pub backlog: BacklogPublisher,
     pub memory: RedisMemory,
     /// How far back a replay reads when Redis forgot: the longest a client
-    /// may still wait for an answer (request TTL + result TTL), ms.
-    pub replay_window_ms: u64,
+    /// may still wait for an answer (request TTL + result TTL) of any
+    /// recent version.
+    pub ttls: VersionTtls,
     pub health: Arc<Health>,
     /// NVML, on CUDA workers where the driver has it.
     pub gpu: Option<GpuMemory>,
@@ -130,9 +132,10 @@ impl StatusReporter {
         match look {
             Ok(Memory::Forgotten) => {
                 metrics::counter!(REDIS_MEMORY_LOST_TOTAL).increment(1);
-                let from = now_ms().saturating_sub(self.replay_window_ms) as i64;
+                let window_ms = self.ttls.longest_wait_ms();
+                let from = now_ms().saturating_sub(window_ms) as i64;
                 tracing::error!(
-                    replay_window_s = self.replay_window_ms / 1000,
+                    replay_window_s = window_ms / 1000,
                     "Redis lost what the fleet wrote (restart without persistence, failover or flush); \
                      replaying what a client may still wait for"
                 );
@@ -147,10 +150,17 @@ impl StatusReporter {
             Ok(Ok(messages)) => {
                 metrics::counter!(REPLAYED_TOTAL).increment(messages);
                 tracing::warn!(messages, "replay begun: these messages are read and answered again");
+                self.health.set_replay_pending(None, now_ms());
                 *replay_from = None;
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "replay not begun; trying again"),
-            Err(e) => tracing::warn!(error = %e, "replay panicked; trying again"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "replay not begun; trying again");
+                self.health.set_replay_pending(Some(e.to_string()), now_ms());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "replay panicked; trying again");
+                self.health.set_replay_pending(Some(format!("the replay panicked: {e}")), now_ms());
+            }
         }
     }
 

@@ -7,6 +7,7 @@
 use super::lifecycle::{Fingerprint, Refusals};
 use crate::config::ModelVersion;
 use crate::metrics::MODEL_LOAD_FAILURES_TOTAL;
+use crate::stages::admission::intake::{DecodeSettings, Decoding, Intake};
 use crate::stages::batch::bucket::BucketLimits;
 use crate::stages::engine::error::EngineError;
 use crate::stages::engine::input::ModelInput;
@@ -31,8 +32,8 @@ pub enum RefusalReason {
     WarmUp,
     /// Its tokenizer differs from the serving one: it needs a restart.
     TokenizerChanged,
-    /// The model's config.toml changed since the serving version loaded:
-    /// its limits, TTLs and task apply at start, so it needs a restart.
+    /// The model's config.toml changes what cannot be handed over while
+    /// serving (kind, task type, signature): it needs a restart.
     ConfigChanged,
 }
 
@@ -82,6 +83,51 @@ pub struct LoadContext {
     pub probes: Vec<ModelInput>,
     /// The CPU's bf16 features (`--cpu-features`).
     pub cpu: CpuFeatures,
+}
+
+/// Where and how the worker loads its versions (from its arguments).
+#[derive(Debug, Clone, Copy)]
+pub struct LoadSettings {
+    pub device: Device,
+    pub threads: i32,
+    pub memory_limit: Option<u64>,
+    pub cpu: CpuFeatures,
+    pub decode: DecodeSettings,
+}
+
+/// A version ready to load: how it takes its inputs, and what it loads with.
+pub struct Prepared {
+    pub intake: Intake,
+    /// tokenizer.json's bytes (text models).
+    pub tokenizer: Option<Vec<u8>>,
+    pub ctx: Arc<LoadContext>,
+}
+
+/// Makes `version`'s intake (an image model's decodes sharing `shared`'s
+/// budget: the one a version takes over from) and its load context: its
+/// own batch limits, whose shapes the warm-up runs, and its real inputs. A
+/// version whose intake cannot be made (an unreadable tokenizer, a pad id
+/// outside it) is refused.
+pub fn prepare(
+    version: &ModelVersion,
+    settings: &LoadSettings,
+    shared: Option<&Decoding>,
+) -> Result<Prepared, Refused> {
+    let (intake, samples) = Intake::for_version(version, settings.decode, shared).map_err(|e| Refused {
+        version: version.version,
+        reason: RefusalReason::Load,
+        source: EngineError::Incompatible(format!("{e:#}")),
+    })?;
+    let ctx = LoadContext {
+        device: settings.device,
+        threads: settings.threads,
+        memory_limit: settings.memory_limit,
+        limits: version.config.batching.limits(version.config.max_input_len()),
+        sample: samples.sample,
+        probes: samples.probes,
+        cpu: settings.cpu,
+    };
+    Ok(Prepared { intake, tokenizer: samples.tokenizer, ctx: Arc::new(ctx) })
 }
 
 /// A version loaded and warm, with what warming up found.

@@ -1,9 +1,11 @@
 //! Model versions: the [`repository`] on disk, the pure [`lifecycle`]
 //! decisions (which version to serve, which are refused), the one [`load`]
 //! path (load, choose precision, warm up, or refuse), the [`first`] version
-//! at start and the [`watcher`] that swaps new ones in while serving.
+//! at start and the [`watcher`] that swaps new ones in while serving, each
+//! as a [`handover`] that passes down the pipeline.
 
 pub mod first;
+pub mod handover;
 pub mod lifecycle;
 pub mod load;
 pub mod repository;

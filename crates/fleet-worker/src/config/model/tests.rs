@@ -196,3 +196,33 @@ fn differences_name_the_changed_sections_and_ignore_the_pin() {
     let changed = parse(&GOOD.replace("max_wait_ms = 5", "max_wait_ms = 9\n    [ttl]\n    result_ttl_s = 60")).unwrap();
     assert_eq!(base.differences_from(&changed), vec!["[batching]", "[ttl]"]);
 }
+
+#[test]
+fn limits_ttls_and_task_parameters_hand_over_live_kind_task_type_and_signature_do_not() {
+    let base = parse(GOOD).unwrap();
+    let live = parse(
+        &with_task(GOOD, "type = \"embedding\"\nnormalize = false")
+            .replace("max_seq_len = 256", "max_seq_len = 128\n    max_text_bytes = 100")
+            .replace("max_batch_size = 32", "max_batch_size = 8")
+            .replace("max_wait_ms = 5", "max_wait_ms = 9\n    [ttl]\n    result_ttl_s = 60"),
+    )
+    .unwrap();
+    assert_eq!(base.differences_from(&live), vec!["[text]", "[task]", "[batching]", "[ttl]"]);
+    assert!(base.unswappable_changes(&live).is_empty(), "{:?}", base.unswappable_changes(&live));
+
+    let classifier = parse(&with_task(GOOD, "type = \"classification\"")).unwrap();
+    assert_eq!(base.unswappable_changes(&classifier), vec!["task type embedding -> classification"]);
+    let two_inputs = parse(&GOOD.replace(
+        "max_seq_len = 256",
+        "max_seq_len = 256\n    inputs = [\"input_ids\", \"attention_mask\", \"token_type_ids\"]",
+    ));
+    let changes = base.unswappable_changes(&two_inputs.unwrap());
+    assert!(changes.len() == 1 && changes[0].starts_with("text.inputs"), "{changes:?}");
+
+    let image = parse(include_str!("../../../../../scripts/models/efficientnet_lite0.config.toml")).unwrap();
+    let mut resized = image.clone();
+    resized.image.as_mut().unwrap().size = 300;
+    assert_eq!(image.unswappable_changes(&resized), vec!["image.size 224 -> 300"]);
+    let changes = base.unswappable_changes(&image);
+    assert!(changes.iter().any(|c| c.starts_with("kind")), "{changes:?}");
+}

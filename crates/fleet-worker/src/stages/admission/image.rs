@@ -6,9 +6,9 @@
 use super::intake::Decoding;
 use crate::guard::{self, Stage};
 use crate::job::{error_answer, Finished, Job, SinkItem};
-use crate::serving::ServingVersion;
 use crate::stages::engine::input::ModelInput;
 use crate::stages::source::message::Position;
+use crate::versions::handover::Piped;
 use fleet_image::{Header, ImageError};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{ErrorCode, ModelName, RequestId};
@@ -35,14 +35,15 @@ pub struct ImageDecode {
     pub header: Header,
     pub bytes: Vec<u8>,
     pub decoding: Decoding,
+    /// The version it was admitted for: a refusal is that version's answer.
+    pub version: u64,
 }
 
-/// Where a decode's outcome goes, and what an answer is tagged with.
+/// Where a decode's outcome goes.
 #[derive(Clone)]
 pub struct DecodeOutlets {
     pub model: ModelName,
-    pub serving: ServingVersion,
-    pub jobs: mpsc::Sender<Job>,
+    pub jobs: mpsc::Sender<Piped<Job>>,
     pub sink: mpsc::Sender<SinkItem>,
 }
 
@@ -74,7 +75,7 @@ impl ImageDecode {
                 Ok(Ok(pixels)) => {
                     let input = ModelInput::Pixels(pixels);
                     let job = Job::new(self.position, self.id, input, self.created_ms, self.deadline_ms);
-                    let _ = out.jobs.send(job).await;
+                    let _ = out.jobs.send(Piped::Work(job)).await;
                     return;
                 }
                 Ok(Err(e)) => self.refusal(&out, image_error_code(&e), e.to_string()),
@@ -91,8 +92,7 @@ impl ImageDecode {
     }
 
     fn refusal(&self, out: &DecodeOutlets, code: ErrorCode, message: String) -> Finished {
-        let answer =
-            error_answer(out.model.as_str(), out.serving.get(), code, message, Some(self.created_ms), now_ms());
+        let answer = error_answer(out.model.as_str(), self.version, code, message, Some(self.created_ms), now_ms());
         Finished { position: self.position.clone(), id: self.id.clone(), answer, feature: None }
     }
 }

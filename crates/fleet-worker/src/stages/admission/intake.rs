@@ -51,7 +51,23 @@ pub struct Samples {
 }
 
 impl Intake {
-    pub fn for_version(version: &ModelVersion, decode: DecodeSettings) -> Result<(Self, Samples)> {
+    /// An image model's decoding (budget, slots, geometry).
+    pub fn decoding(&self) -> Option<&Decoding> {
+        match self {
+            Self::Image { decoding, .. } => Some(decoding),
+            Self::Text { .. } => None,
+        }
+    }
+
+    /// How `version` takes its inputs. An image model's decodes share
+    /// `shared`'s memory budget and slots when given (the intake a version
+    /// takes over from): the worker's budget is one, whichever version
+    /// decodes.
+    pub fn for_version(
+        version: &ModelVersion,
+        decode: DecodeSettings,
+        shared: Option<&Decoding>,
+    ) -> Result<(Self, Samples)> {
         match version.config.kind {
             ModelKind::Text => {
                 let text = version.config.text().context("text model without [text]")?;
@@ -86,8 +102,8 @@ impl Intake {
                 let image = version.config.image().context("image model without [image]")?;
                 let decoding = Decoding {
                     geometry: image.geometry(),
-                    budget: DecodeBudget::new(decode.budget_bytes),
-                    slots: Arc::new(Semaphore::new(decode.threads.max(1))),
+                    budget: shared.map_or_else(|| DecodeBudget::new(decode.budget_bytes), |d| d.budget.clone()),
+                    slots: shared.map_or_else(|| Arc::new(Semaphore::new(decode.threads.max(1))), |d| d.slots.clone()),
                 };
                 let photo = ModelInput::Pixels(fleet_image::synthetic::photo(image.size, image.size, 1).pixels);
                 let samples = Samples { probes: vec![photo.clone()], sample: photo, tokenizer: None };

@@ -9,6 +9,11 @@
 //! means not reading, never buffering: each partition's capped prefetch
 //! fills and the broker keeps the rest (docs/operations.md §2).
 //!
+//! A new version enters the pipeline here: its [`Handover`] changes how
+//! messages are admitted from the next one on, and goes down to the batch
+//! stage behind every job admitted before it (images still decoding
+//! included).
+//!
 //! Inside: [`intake`] (how each model kind takes its inputs), [`tokenize`],
 //! [`image`] (decodes under the [`decode_budget`]).
 
@@ -28,6 +33,7 @@ use crate::stages::engine::HeldFeedback;
 use crate::stages::source::message::Inbound;
 use crate::stages::source::Inbox;
 use crate::status::health::Health;
+use crate::versions::handover::{Handover, Piped};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{ErrorCode, Status};
 use flow::{FlowGate, FlowLimits, Transition};
@@ -62,8 +68,10 @@ pub struct AdmissionStage {
     pub held: mpsc::UnboundedReceiver<HeldFeedback>,
     /// The sink's health: a write failure no retry cures stops the reading.
     pub health: Arc<Health>,
-    pub jobs: mpsc::Sender<Job>,
+    pub jobs: mpsc::Sender<Piped<Job>>,
     pub sink: mpsc::Sender<SinkItem>,
+    /// New versions from the repository watcher.
+    pub handovers: mpsc::Receiver<Box<Handover>>,
     pub shutdown: Shutdown,
 }
 
@@ -80,14 +88,11 @@ impl AdmissionStage {
     async fn read(&mut self, decodes: &mut JoinSet<()>) -> Ended {
         let mut gate = FlowGate::new(self.flow);
         let paused_gauge = metrics::gauge!(CONSUMER_PAUSED);
-        let outlets = DecodeOutlets {
-            model: self.policy.model.clone(),
-            serving: self.policy.serving.clone(),
-            jobs: self.jobs.clone(),
-            sink: self.sink.clone(),
-        };
+        let outlets =
+            DecodeOutlets { model: self.policy.model.clone(), jobs: self.jobs.clone(), sink: self.sink.clone() };
         metrics::gauge!(IN_FLIGHT_LIMIT).set(self.flow.max_messages as f64);
         let mut blocked = false;
+        let mut watched = true;
         loop {
             self.apply_feedback(&mut gate);
             let (messages, bytes) = self.inbox.held();
@@ -113,8 +118,15 @@ impl AdmissionStage {
                 // capped prefetch fill and stop fetching, and resuming needs
                 // no refetch. The source's own task serves the group
                 // protocol meanwhile.
+                // A new version still takes over: it is what cures a
+                // broken model.
                 tokio::select! {
                     _ = self.shutdown.recv() => return Ended::Shutdown,
+                    handover = self.handovers.recv(), if watched => {
+                        if let Err(ended) = self.take_over(handover, &mut watched, decodes).await {
+                            return ended;
+                        }
+                    }
                     _ = tokio::time::sleep(PAUSED_RECHECK) => {}
                 }
                 continue;
@@ -125,6 +137,12 @@ impl AdmissionStage {
                     Some(inbound) => inbound,
                     None => return Ended::PipelineClosed,
                 },
+                handover = self.handovers.recv(), if watched => {
+                    if let Err(ended) = self.take_over(handover, &mut watched, decodes).await {
+                        return ended;
+                    }
+                    continue;
+                }
                 // Looks at the bounds again now and then while nothing
                 // arrives (`recv` is cancel-safe: nothing is lost).
                 _ = tokio::time::sleep(GATE_RECHECK) => continue,
@@ -142,6 +160,39 @@ impl AdmissionStage {
         }
     }
 
+    /// Admits for the next version from now on and sends its handover down
+    /// behind everything admitted before (the decodes under way finish
+    /// first); `Err` when the stage must end instead: the shutdown came
+    /// meanwhile (a stuck stage after it must not hold the drain), or the
+    /// pipeline is closed. `None`: the watcher is gone, and `watched`
+    /// turns false.
+    async fn take_over(
+        &mut self,
+        handover: Option<Box<Handover>>,
+        watched: &mut bool,
+        decodes: &mut JoinSet<()>,
+    ) -> Result<(), Ended> {
+        let Some(mut handover) = handover else {
+            *watched = false;
+            return Ok(());
+        };
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            _ = shutdown.recv() => return Err(Ended::Shutdown),
+            _ = async { while decodes.join_next().await.is_some() {} } => {}
+        }
+        if let Some(intake) = handover.intake.take() {
+            self.policy.intake = intake;
+        }
+        self.policy.request_ttl_ms = handover.request_ttl_ms;
+        self.policy.version = handover.version;
+        tracing::info!(version = handover.version, "admitting for the next version from here on");
+        tokio::select! {
+            _ = shutdown.recv() => Err(Ended::Shutdown),
+            sent = self.jobs.send(Piped::Handover(handover)) => sent.map_err(|_| Ended::PipelineClosed),
+        }
+    }
+
     /// Moves the message limit by the batches timed since the last look.
     fn apply_feedback(&mut self, gate: &mut FlowGate) {
         while let Ok(held) = self.held.try_recv() {
@@ -156,7 +207,7 @@ impl AdmissionStage {
     /// Sends an admitted message on; false when the pipeline is closed.
     async fn hand_on(&self, admitted: Admitted, outlets: &DecodeOutlets, decodes: &mut JoinSet<()>) -> bool {
         match admitted {
-            Admitted::Job(job) => self.jobs.send(job).await.is_ok(),
+            Admitted::Job(job) => self.jobs.send(Piped::Work(job)).await.is_ok(),
             Admitted::Decode(decode) => decode.start(outlets, decodes).await,
             Admitted::Answer(finished) => {
                 if finished.answer.status == Status::Expired {
@@ -181,7 +232,7 @@ fn admit_contained(policy: &AdmissionPolicy, mut inbound: Inbound, now: u64) -> 
             let id = guard::contain(Stage::Prepare, || inbound.readable_id());
             match id {
                 Ok(Some(id)) => {
-                    let (model, version) = (policy.model.as_str(), policy.serving.get());
+                    let (model, version) = (policy.model.as_str(), policy.version);
                     let answer = error_answer(model, version, ErrorCode::InternalError, detail, None, now);
                     Admitted::Answer(Finished { position: inbound.position, id, answer, feature: None })
                 }

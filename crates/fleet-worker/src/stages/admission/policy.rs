@@ -12,7 +12,6 @@ use super::image::{image_error_code, ImageDecode};
 use super::intake::Intake;
 use super::tokenize::{TextTokenizer, TokenizeError};
 use crate::job::{error_answer, timings, DeadLetter, Finished, Job, MALFORMED_HEADER};
-use crate::serving::ServingVersion;
 use crate::stages::engine::input::{ModelInput, PairRow};
 use crate::stages::source::message::{Inbound, Position};
 use fleet_image::{Format, ImageLimits};
@@ -21,8 +20,9 @@ use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId
 /// What admission needs to know about the model it admits for.
 pub struct AdmissionPolicy {
     pub model: ModelName,
-    /// The version answers are tagged with (swapped while serving).
-    pub serving: ServingVersion,
+    /// The version whose limits admit now: the answers given here are that
+    /// version's (tagged with it, kept for its TTL), from its handover on.
+    pub version: u64,
     pub intake: Intake,
     /// The deadline when the producer set none: `ce_time` + this.
     pub request_ttl_ms: u64,
@@ -73,7 +73,7 @@ impl AdmissionPolicy {
         let deadline_ms = envelope.effective_deadline_ms(self.request_ttl_ms);
         if deadline_ms <= now_ms {
             let t = timings(Some(envelope.created_ms), None, now_ms);
-            let answer = Answer::expired(self.model.as_str(), self.serving.get(), t);
+            let answer = Answer::expired(self.model.as_str(), self.version, t);
             return Admitted::Answer(Finished { position, id: envelope.id, answer, feature: None });
         }
         let payload = inbound.payload.as_deref().unwrap_or_default();
@@ -96,6 +96,7 @@ impl AdmissionPolicy {
                         header,
                         bytes: inbound.payload.take().unwrap_or_default(),
                         decoding: decoding.clone(),
+                        version: self.version,
                     })
                 }
                 Err((code, message)) => self.refuse_request(&request, code, message),
@@ -187,7 +188,7 @@ impl AdmissionPolicy {
         created_ms: Option<u64>,
         now_ms: u64,
     ) -> Admitted {
-        let answer = error_answer(self.model.as_str(), self.serving.get(), code, message, created_ms, now_ms);
+        let answer = error_answer(self.model.as_str(), self.version, code, message, created_ms, now_ms);
         Admitted::Answer(Finished { position, id, answer, feature: None })
     }
 }

@@ -9,14 +9,18 @@
 //! batches were cut from a few milliseconds of arrivals spread over dozens
 //! of length buckets (2–13 rows where 32 would fit), and the engine paid its
 //! per-call cost for every few rows.
+//!
+//! A version's [`Handover`] is where its batch limits begin: what the stage
+//! holds when it arrives is formed into batches under the old limits and
+//! sent ahead of it, so no batch mixes two versions' requests or limits.
 
 pub mod bucket;
 
 use crate::job::{timings, Finished, Job, SinkItem};
 use crate::metrics::{BATCH_ROW_CAP, TTL_DROPPED_TOTAL};
-use crate::serving::ServingVersion;
 use crate::stages::engine::BatchFeedback;
 use crate::stages::source::Ledger;
+use crate::versions::handover::{Handover, Piped};
 use bucket::{Batch, BucketBatcher, BucketLimits};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{Answer, ModelName};
@@ -26,10 +30,13 @@ use tokio::sync::mpsc;
 
 pub struct BatchStage {
     pub model: ModelName,
-    pub serving: ServingVersion,
     pub limits: BucketLimits,
-    pub jobs: mpsc::Receiver<Job>,
-    pub batches: mpsc::Sender<Batch<Job>>,
+    /// The version whose limits apply: its requests' `expired` answers are
+    /// its own, and the engine's feedback on another version's batches is
+    /// not about these buckets.
+    pub version: u64,
+    pub jobs: mpsc::Receiver<Piped<Job>>,
+    pub batches: mpsc::Sender<Piped<Batch<Job>>>,
     /// Each bucket's measured model time, and row caps learnt from splits.
     pub feedback: mpsc::UnboundedReceiver<BatchFeedback>,
     /// Where `expired` answers go.
@@ -42,14 +49,21 @@ pub struct BatchStage {
 impl BatchStage {
     pub async fn run(mut self) {
         let mut batcher: BucketBatcher<Job> = BucketBatcher::new(self.limits.clone());
-        for bucket in 0..self.limits.boundaries.len() {
-            self.publish_row_cap(&batcher, bucket);
-        }
+        self.publish_row_caps(&batcher);
         let mut open = true;
         let mut revocations_seen = self.ledger.revocations();
         while open || !batcher.is_empty() {
             self.apply_feedback(&mut batcher);
-            open &= take_waiting_jobs(&mut self.jobs, &self.ledger, &mut batcher);
+            match take_waiting_jobs(&mut self.jobs, &self.ledger, &mut batcher) {
+                Taken::Open => {}
+                Taken::Closed => open = false,
+                Taken::Handover(handover) => {
+                    if !self.take_over(&mut batcher, handover).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
             let revocations = self.ledger.revocations();
             if revocations != revocations_seen {
                 revocations_seen = revocations;
@@ -65,38 +79,99 @@ impl BatchStage {
             // Not ready: wait for a job or for a bucket's wait to end.
             let wake = if ready { batcher.next_expiry_ms() } else { batcher.next_wake_ms(now) };
             let wait = wake.map(|at| Duration::from_millis(at.saturating_sub(now)));
-            tokio::select! {
+            // A handover met here is taken once the select's borrows end.
+            let handover = tokio::select! {
                 permit = self.batches.reserve(), if ready => {
                     let Ok(permit) = permit else { return };
-                    // Jobs that arrived while the engine was busy join this batch.
-                    open &= take_waiting_jobs(&mut self.jobs, &self.ledger, &mut batcher);
+                    // Jobs that arrived while the engine was busy join this
+                    // batch (those before a handover: the batch is the old
+                    // version's).
+                    let taken = take_waiting_jobs(&mut self.jobs, &self.ledger, &mut batcher);
+                    open &= !matches!(taken, Taken::Closed);
                     let now = now_ms();
                     let polled = if open { batcher.poll(now) } else { batcher.flush(now) };
                     if !self.answer_expired(polled.expired, now).await {
                         return;
                     }
                     if let Some(batch) = polled.batch {
-                        permit.send(batch);
+                        permit.send(Piped::Work(batch));
+                    }
+                    match taken {
+                        Taken::Handover(handover) => Some(handover),
+                        Taken::Open | Taken::Closed => None,
                     }
                 }
                 job = self.jobs.recv(), if open => match job {
-                    Some(job) => push(&self.ledger, &mut batcher, job),
-                    None => open = false,
+                    Some(Piped::Work(job)) => {
+                        push(&self.ledger, &mut batcher, job);
+                        None
+                    }
+                    Some(Piped::Handover(handover)) => Some(handover),
+                    None => {
+                        open = false;
+                        None
+                    }
                 },
-                _ = sleep_or_forever(wait) => {}
+                _ = sleep_or_forever(wait) => None,
+            };
+            if let Some(handover) = handover {
+                if !self.take_over(&mut batcher, handover).await {
+                    return;
+                }
             }
         }
+    }
+
+    /// Forms everything held into batches under the old version's limits
+    /// and sends them, then takes the new version's limits (and the row
+    /// caps its warm-up found) and sends its handover on behind them; false
+    /// when a stage after it is gone.
+    async fn take_over(&mut self, batcher: &mut BucketBatcher<Job>, handover: Box<Handover>) -> bool {
+        while !batcher.is_empty() {
+            let Ok(permit) = self.batches.reserve().await else { return false };
+            let now = now_ms();
+            let flushed = batcher.flush(now);
+            if !self.answer_expired(flushed.expired, now).await {
+                return false;
+            }
+            if let Some(batch) = flushed.batch {
+                permit.send(Piped::Work(batch));
+            }
+        }
+        // A bucket the new version has not (its max_seq_len or buckets
+        // changed) holds nothing from now on.
+        for bound in self.limits.boundaries.iter().filter(|b| !handover.limits.boundaries.contains(b)) {
+            metrics::gauge!(BATCH_ROW_CAP, "bucket" => bound.to_string()).set(0.0);
+        }
+        self.limits = handover.limits.clone();
+        self.version = handover.version;
+        *batcher = BucketBatcher::new(self.limits.clone());
+        for &(bucket, rows) in &handover.row_caps {
+            batcher.cap_rows(bucket, rows);
+        }
+        self.publish_row_caps(batcher);
+        self.batches.send(Piped::Handover(handover)).await.is_ok()
     }
 
     fn apply_feedback(&mut self, batcher: &mut BucketBatcher<Job>) {
         while let Ok(feedback) = self.feedback.try_recv() {
             match feedback {
-                BatchFeedback::Timing { bucket, infer_ms } => batcher.observe_inference(bucket, infer_ms),
-                BatchFeedback::RowCap { bucket, rows } => {
+                BatchFeedback::Timing { version, bucket, infer_ms } if version == self.version => {
+                    batcher.observe_inference(bucket, infer_ms)
+                }
+                BatchFeedback::RowCap { version, bucket, rows } if version == self.version => {
                     batcher.cap_rows(bucket, rows);
                     self.publish_row_cap(batcher, bucket);
                 }
+                // About the batches of a version this stage no longer forms.
+                _ => {}
             }
+        }
+    }
+
+    fn publish_row_caps(&self, batcher: &BucketBatcher<Job>) {
+        for bucket in 0..self.limits.boundaries.len() {
+            self.publish_row_cap(batcher, bucket);
         }
     }
 
@@ -113,7 +188,7 @@ impl BatchStage {
             return true;
         }
         metrics::counter!(TTL_DROPPED_TOTAL).increment(expired.len() as u64);
-        let version = self.serving.get();
+        let version = self.version;
         let answers = expired
             .into_iter()
             .map(|job| Finished {
@@ -127,14 +202,28 @@ impl BatchStage {
     }
 }
 
-/// Moves every job already queued into the batcher; false once the queue is
-/// closed and empty.
-fn take_waiting_jobs(jobs: &mut mpsc::Receiver<Job>, ledger: &Ledger, batcher: &mut BucketBatcher<Job>) -> bool {
+/// What [`take_waiting_jobs`] stopped at.
+enum Taken {
+    /// The queue is empty for now.
+    Open,
+    /// The queue is closed and empty.
+    Closed,
+    /// A new version's handover: the jobs behind it are the new version's.
+    Handover(Box<Handover>),
+}
+
+/// Moves every job already queued into the batcher, up to a handover.
+fn take_waiting_jobs(
+    jobs: &mut mpsc::Receiver<Piped<Job>>,
+    ledger: &Ledger,
+    batcher: &mut BucketBatcher<Job>,
+) -> Taken {
     loop {
         match jobs.try_recv() {
-            Ok(job) => push(ledger, batcher, job),
-            Err(mpsc::error::TryRecvError::Empty) => return true,
-            Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            Ok(Piped::Work(job)) => push(ledger, batcher, job),
+            Ok(Piped::Handover(handover)) => return Taken::Handover(handover),
+            Err(mpsc::error::TryRecvError::Empty) => return Taken::Open,
+            Err(mpsc::error::TryRecvError::Disconnected) => return Taken::Closed,
         }
     }
 }
@@ -153,5 +242,95 @@ async fn sleep_or_forever(wait: Option<Duration>) {
     match wait {
         Some(wait) => tokio::time::sleep(wait).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::engine::input::ModelInput;
+    use crate::stages::engine::precision::Precision;
+    use crate::stages::source::message::Position;
+    use crate::status::health::Health;
+    use fleet_proto::RequestId;
+
+    fn limits(max_batch_size: usize) -> BucketLimits {
+        BucketLimits {
+            boundaries: vec![16],
+            max_batch_size,
+            max_batch_tokens: 1 << 20,
+            max_attention_cells: 1 << 30,
+            // Nothing is due on its own: only a handover or the end forms batches.
+            max_wait_ms: vec![60_000],
+        }
+    }
+
+    fn job(partition: i32, generation: u64, offset: i64) -> Piped<Job> {
+        let position = Position { partition, offset, generation };
+        let id = RequestId::parse(&format!("r-{offset}")).unwrap();
+        let input = ModelInput::Tokens { ids: vec![101; 10], truncated: false };
+        Piped::Work(Job::new(position, id, input, now_ms(), now_ms() + 600_000))
+    }
+
+    fn handover(version: u64, max_batch_size: usize) -> Piped<Job> {
+        Piped::Handover(Box::new(Handover {
+            version,
+            precision: Precision::Fp32,
+            task_tag: String::new(),
+            intake: None,
+            request_ttl_ms: 30_000,
+            limits: limits(max_batch_size),
+            row_caps: vec![],
+            loaded: None,
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_handover_ends_the_old_versions_batches_and_the_new_limits_begin_behind_it() {
+        let ledger = Arc::new(Ledger::new(Arc::new(Health::new(60_000))));
+        let generation = ledger.assign_for_test(0);
+        let (jobs_tx, jobs) = mpsc::channel(64);
+        let (batches, mut batches_rx) = mpsc::channel(64);
+        let (sink, _sink_rx) = mpsc::channel(64);
+        let (_feedback_tx, feedback) = mpsc::unbounded_channel();
+        for offset in 0..5 {
+            jobs_tx.send(job(0, generation, offset)).await.unwrap();
+        }
+        jobs_tx.send(handover(2, 2)).await.unwrap();
+        for offset in 5..8 {
+            jobs_tx.send(job(0, generation, offset)).await.unwrap();
+        }
+        drop(jobs_tx);
+        let stage = BatchStage {
+            model: ModelName::parse("minilm").unwrap(),
+            limits: limits(8),
+            version: 1,
+            jobs,
+            batches,
+            feedback,
+            sink,
+            ledger,
+        };
+        stage.run().await;
+
+        let mut seen = Vec::new();
+        while let Ok(piped) = batches_rx.try_recv() {
+            seen.push(match piped {
+                Piped::Work(batch) => {
+                    let mut offsets: Vec<i64> = batch.items.iter().map(|job| job.position.offset).collect();
+                    offsets.sort();
+                    offsets
+                }
+                Piped::Handover(handover) => vec![-(handover.version as i64)],
+            });
+        }
+        // Version 1's five requests in one batch of up to 8, the handover,
+        // then version 2's three in batches of at most 2.
+        assert_eq!(seen[..2], [vec![0, 1, 2, 3, 4], vec![-2]], "{seen:?}");
+        let after: Vec<&Vec<i64>> = seen[2..].iter().collect();
+        assert!(after.iter().all(|batch| batch.len() <= 2), "{seen:?}");
+        let mut new_ones: Vec<i64> = after.into_iter().flatten().copied().collect();
+        new_ones.sort();
+        assert_eq!(new_ones, vec![5, 6, 7]);
     }
 }

@@ -15,11 +15,11 @@ pub mod entry;
 
 use crate::job::{timings, Finished, Job, SinkItem};
 use crate::metrics::{CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL, CACHE_SAVED_SECONDS};
-use crate::serving::ServingVersion;
 use crate::stages::batch::bucket::Batch;
 use crate::stages::engine::precision::Precision;
 use crate::stages::engine::EngineCommand;
 use crate::stages::source::Ledger;
+use crate::versions::handover::{Handover, Piped};
 use entry::{Address, CachedOutput};
 use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_proto::clock::now_ms;
@@ -46,6 +46,11 @@ impl FeatureCache {
         // Short: a slow cache must not slow the batch more than it could save.
         let conn = redis.managed(Duration::from_secs(1), Duration::from_millis(250)).await?;
         Ok(Self { conn, namespace, model, task_tag })
+    }
+
+    /// Looks up under a new version's task from now on.
+    pub fn set_task_tag(&mut self, task_tag: String) {
+        self.task_tag = task_tag;
     }
 
     pub fn key(&self, version: u64, precision: Precision, input_hash: &str) -> String {
@@ -94,19 +99,31 @@ fn outputs_of(reply: Option<Vec<Option<String>>>, asked: usize) -> Vec<Option<Ca
 
 /// The stage between the batch stage and the engine: answers what the
 /// feature cache already has, hands the rest on as a smaller batch of the
-/// same bucket.
+/// same bucket. A version's handover passes it on its way to the engine:
+/// the batches behind it are looked up under the new version's keys.
 pub struct CacheStage {
-    pub batches: mpsc::Receiver<Batch<Job>>,
+    pub batches: mpsc::Receiver<Piped<Batch<Job>>>,
     pub engine: mpsc::Sender<EngineCommand>,
     pub sink: mpsc::Sender<SinkItem>,
     pub cache: FeatureCache,
-    pub serving: ServingVersion,
+    /// The version (and precision) the batches it hands on will run on:
+    /// their feature-cache keys and hits' answers are that version's.
+    pub version: (u64, Precision),
     pub ledger: Arc<Ledger>,
 }
 
 impl CacheStage {
     pub async fn run(mut self) {
-        while let Some(mut batch) = self.batches.recv().await {
+        while let Some(piped) = self.batches.recv().await {
+            let mut batch = match piped {
+                Piped::Work(batch) => batch,
+                Piped::Handover(handover) => {
+                    if !self.take_over(handover).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
             // The last look before compute: a rebalance may have come since
             // the batch was formed.
             self.ledger.note_dropped(batch.retain(|job| self.ledger.is_current(&job.position)));
@@ -123,11 +140,22 @@ impl CacheStage {
         }
     }
 
+    /// Looks up under the new version from the next batch on, and hands
+    /// its module to the engine; false when the engine is gone.
+    async fn take_over(&mut self, mut handover: Box<Handover>) -> bool {
+        self.version = (handover.version, handover.precision);
+        self.cache.set_task_tag(std::mem::take(&mut handover.task_tag));
+        match handover.loaded.take() {
+            Some(loaded) => self.engine.send(EngineCommand::Swap(Box::new(loaded))).await.is_ok(),
+            None => true,
+        }
+    }
+
     /// The batch's hits, answered, and its misses, still a batch.
     async fn split(&mut self, batch: Batch<Job>) -> (Vec<Finished>, Batch<Job>) {
         let hashes: Vec<&str> = batch.items.iter().map(|j| j.input_hash.as_str()).collect();
         // Hits are answered with the version whose keys they came from.
-        let (version, precision) = self.serving.get_with_precision();
+        let (version, precision) = self.version;
         let found = self.cache.lookup(version, precision, &hashes).await;
         let now = now_ms();
         let mut hits = Vec::new();

@@ -14,10 +14,11 @@
 //! and the worker rejoins. When the probe passes, the rows really are bad
 //! and are answered `model_failed`.
 //!
-//! A swap is a command in the same queue as the batches, so every batch
-//! queued before it finishes on the old version and every batch after it
-//! runs on the new one: answers switch version at one point. Each answer
-//! carries the version that computed it.
+//! A swap is a command in the same queue as the batches (the end of a
+//! version's handover, `versions::handover`), so every batch queued before
+//! it finishes on the old version and every batch after it runs on the new
+//! one: answers switch version at one point. Each answer carries the
+//! version that computed it.
 //!
 //! Inside: [`model`] (the served model of either kind, its signature check,
 //! precision and warm-up), [`input`] (a request's input and its rows),
@@ -84,11 +85,12 @@ pub enum EngineCommand {
 /// What the engine tells the batch stage after a batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BatchFeedback {
-    /// How long a batch of the bucket took: which deadlines it can meet.
-    Timing { bucket: usize, infer_ms: f64 },
+    /// How long a batch of the bucket took on the version: which deadlines
+    /// it can meet.
+    Timing { version: u64, bucket: usize, infer_ms: f64 },
     /// A batch of the bucket fitted in device memory only with this many
-    /// rows: later batches hold no more.
-    RowCap { bucket: usize, rows: usize },
+    /// rows on the version: later batches hold no more.
+    RowCap { version: u64, bucket: usize, rows: usize },
 }
 
 /// What the engine tells the reading stage after a batch: how long its
@@ -153,11 +155,12 @@ impl EngineStage {
                     let started = Instant::now();
                     let ran = run_batch(&current.model, &self.namespace, &self.model, current.version, batch);
                     self.busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    let _ = self.batch_feedback.send(BatchFeedback::Timing { bucket, infer_ms: ran.infer_ms });
+                    let version = current.version;
+                    let _ = self.batch_feedback.send(BatchFeedback::Timing { version, bucket, infer_ms: ran.infer_ms });
                     let _ = self.held_feedback.send(HeldFeedback { held_ms, first_read_ms });
                     if let Some(rows) = ran.row_cap {
                         tracing::warn!(bucket, rows, "a batch ran out of device memory; capping the bucket");
-                        let _ = self.batch_feedback.send(BatchFeedback::RowCap { bucket, rows });
+                        let _ = self.batch_feedback.send(BatchFeedback::RowCap { version, bucket, rows });
                     }
                     if ran.all_rows_failed() {
                         if let Err(reason) = current.probe() {

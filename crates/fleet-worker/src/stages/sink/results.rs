@@ -5,6 +5,7 @@
 //! the slots of different requests).
 
 use crate::job::Finished;
+use crate::versions::handover::VersionTtls;
 use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_proto::Namespace;
 use futures::future::join_all;
@@ -30,8 +31,8 @@ return fresh
 pub struct ResultSink {
     conn: Connection,
     namespace: Namespace,
-    result_ttl_s: u64,
-    feature_ttl_s: u64,
+    /// Each answer's TTLs are its version's.
+    ttls: VersionTtls,
     replicas: Option<ReplicaWait>,
 }
 
@@ -72,11 +73,10 @@ impl ResultSink {
     pub async fn connect(
         redis: &RedisTarget,
         namespace: Namespace,
-        result_ttl_s: u64,
-        feature_ttl_s: u64,
+        ttls: VersionTtls,
     ) -> Result<Self, redis::RedisError> {
         let conn = redis.managed(Duration::from_secs(2), Duration::from_secs(5)).await?;
-        Ok(Self { conn, namespace, result_ttl_s, feature_ttl_s, replicas: None })
+        Ok(Self { conn, namespace, ttls, replicas: None })
     }
 
     /// Waits for `wait.replicas` replicas after each batch of writes.
@@ -99,14 +99,15 @@ impl ResultSink {
                 .arg(self.namespace.ready_key(&f.id))
                 .arg(&f.answer.model)
                 .arg(f.answer.to_json())
-                .arg(self.result_ttl_s)
+                .arg(self.ttls.of(f.answer.version).result_ttl_s)
                 .to_owned();
             async move { write.query_async::<redis::Value>(&mut conn).await.map(drop) }
         });
         let features =
             finished.iter().filter_map(|f| f.feature.as_ref().map(|entry| (f, entry))).map(|(f, (key, value))| {
                 let mut conn = self.conn.clone();
-                let store = redis::cmd("SET").arg(key).arg(value).arg("EX").arg(self.feature_ttl_s).to_owned();
+                let ttl_s = self.ttls.of(f.answer.version).feature_ttl_s;
+                let store = redis::cmd("SET").arg(key).arg(value).arg("EX").arg(ttl_s).to_owned();
                 async move {
                     if let Err(e) = store.query_async::<redis::Value>(&mut conn).await {
                         tracing::warn!(error = %e, id = %f.id, "feature-cache entry not stored");

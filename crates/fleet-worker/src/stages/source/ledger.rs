@@ -39,6 +39,12 @@ impl Ledger {
         result
     }
 
+    /// Assigns `partition` as a rebalance would; its generation.
+    #[cfg(test)]
+    pub(crate) fn assign_for_test(&self, partition: i32) -> u64 {
+        self.change(|tracker| tracker.assign(partition))
+    }
+
     /// Whether work read at `position` still belongs to this worker.
     pub fn is_current(&self, position: &Position) -> bool {
         self.lock().is_current(position.partition, position.generation)

@@ -27,11 +27,13 @@ pub use ledger::Ledger;
 use message::{Inbound, Position};
 use readers::{keep_readers, serve_events, FleetConsumer, SourceContext};
 
+use crate::guard::lock;
 use fleet_proto::clock::now_ms;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -55,6 +57,10 @@ pub struct Source {
     ledger: Arc<Ledger>,
     /// The main-queue server and the partition readers' keeper.
     tasks: Vec<JoinHandle<()>>,
+    /// Where a replay whose seek failed must begin at the latest, by
+    /// partition, with the generation of the ownership it was owed in,
+    /// until a replay succeeds.
+    replay_floors: Mutex<HashMap<i32, (u64, i64)>>,
 }
 
 /// The messages read, one at a time, already tracked as in flight.
@@ -126,7 +132,14 @@ impl Source {
             tokio::spawn(serve_events(consumer.clone(), ledger.clone(), messages_tx.clone())),
             tokio::spawn(keep_readers(consumer.clone(), ledger.clone(), topic.to_owned(), changes_rx, messages_tx)),
         ];
-        let source = Self { consumer, group: group.to_owned(), topic: topic.to_owned(), ledger: ledger.clone(), tasks };
+        let source = Self {
+            consumer,
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            ledger: ledger.clone(),
+            tasks,
+            replay_floors: Mutex::default(),
+        };
         Ok((source, Inbox { messages: messages_rx, ledger }))
     }
 
@@ -236,37 +249,62 @@ impl Source {
         for element in found.elements_for_topic(&self.topic) {
             let partition = element.partition();
             // No offset: no message that young in the partition.
-            let Offset::Offset(window_start) = element.offset() else { continue };
+            let window_start = match element.offset() {
+                Offset::Offset(offset) => Some(offset),
+                _ => None,
+            };
             let Some(stood_at) =
                 offset_in(&positions, &self.topic, partition).or_else(|| offset_in(&committed, &self.topic, partition))
             else {
                 continue;
             };
-            let held_from = self.ledger.lock().position(partition);
-            let from = held_from.map_or(window_start, |held| held.min(window_start));
+            let (held_from, generation) = {
+                let tracker = self.ledger.lock();
+                (tracker.position(partition), tracker.generation(partition))
+            };
+            // A floor left by a failed seek of this ownership of the
+            // partition (one of an earlier ownership is not this one's).
+            let floor = lock(&self.replay_floors)
+                .get(&partition)
+                .filter(|(recorded_in, _)| Some(*recorded_in) == generation)
+                .map(|&(_, from)| from);
+            let Some(from) = [window_start, held_from, floor].into_iter().flatten().min() else { continue };
             // Never forward: what is not read yet is read anyway.
             if from >= stood_at || !self.ledger.change(|tracker| tracker.rewind(partition, stood_at)) {
                 continue;
             }
-            self.rewind_to(partition, from, timeout)?;
+            if let Err(e) = self.rewind_to(partition, from, timeout) {
+                // The partition stays rewound: what it reads is refused (not
+                // answered, not committed) until a retry's seek succeeds,
+                // from no later than here (the work dropped by the rewind
+                // included), while /ready says the replay is pending.
+                if let Some(rewound_in) = self.ledger.lock().generation(partition) {
+                    lock(&self.replay_floors).insert(partition, (rewound_in, from));
+                }
+                return Err(e);
+            }
             tracing::warn!(partition, from, to = stood_at, "reading again what Redis lost");
             replayed += (stood_at - from) as u64;
         }
+        // Every owned partition is replayed: no floor is owed any more.
+        lock(&self.replay_floors).clear();
         Ok(replayed)
     }
 
-    /// Moves a partition's reading, stored offset and committed offset back
+    /// Moves a partition's stored offset, committed offset and reading back
     /// to `from`.
     fn rewind_to(&self, partition: i32, from: i64, timeout: Duration) -> Result<(), KafkaError> {
         let mut at = TopicPartitionList::new();
         at.add_partition_offset(&self.topic, partition, Offset::Offset(from))?;
         // The stored offset first: auto-commit would put the old one back.
         self.consumer.store_offsets(&at)?;
-        self.consumer.seek(&self.topic, partition, Offset::Offset(from), timeout)?;
         // librdkafka commits stored offsets only forward: the replay point is
-        // committed by hand, so a worker that dies (or loses the partition)
-        // mid-replay leaves the rest of the replay to the next owner.
-        self.consumer.commit(&at, CommitMode::Sync)
+        // committed by hand, and before the seek, so a worker that dies (or
+        // loses the partition) mid-replay, or whose seek fails, leaves the
+        // rest of the replay to the next owner (what the rewound partition
+        // reads meanwhile is refused: nothing stores a later offset).
+        self.consumer.commit(&at, CommitMode::Sync)?;
+        self.consumer.seek(&self.topic, partition, Offset::Offset(from), timeout)
     }
 
     /// The group's lag on every partition of the topic, not only this

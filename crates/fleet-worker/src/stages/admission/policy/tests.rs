@@ -19,12 +19,7 @@ fn word_tokenizer(max_seq_len: usize) -> TextTokenizer {
 }
 
 fn policy_with(intake: Intake) -> AdmissionPolicy {
-    AdmissionPolicy {
-        model: ModelName::parse("minilm").unwrap(),
-        serving: ServingVersion::new(4),
-        intake,
-        request_ttl_ms: 30_000,
-    }
+    AdmissionPolicy { model: ModelName::parse("minilm").unwrap(), version: 4, intake, request_ttl_ms: 30_000 }
 }
 
 fn policy() -> AdmissionPolicy {
