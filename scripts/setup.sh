@@ -214,7 +214,7 @@ else
   ok "fixture_fragile made"
 fi
 
-step 6/7 "deployment check tools: helm, kubernetes-validate, promtool (scripts/setup-ops-tools.sh)"
+step 6/7 "deployment check tools: helm, kubernetes-validate, promtool, prometheus (scripts/setup-ops-tools.sh)"
 bash scripts/setup-ops-tools.sh
 
 step 7/7 "build (cargo, release; target dir $CARGO_TARGET_DIR)"

@@ -11,6 +11,9 @@ for model in minilm efficientnet_lite0 efficientnet_lite1 fixture_topics fixture
   [ -f "models/$model/1/model.pt" ] || { echo "error: models/$model is not exported: run make setup" >&2; exit 1; }
 done
 export FLEET_MODEL_REPO="$PWD/models"
+# The Prometheus server (and promtool) the live monitoring test runs.
+eval "$(bash scripts/setup-ops-tools.sh --env)"
+[ -x "$FLEET_PROMETHEUS" ] || { echo "error: no Prometheus server at $FLEET_PROMETHEUS: run make setup" >&2; exit 1; }
 # The chart, compose file, alert rules and dashboard, checked offline.
 bash scripts/test-deploy.sh
 # The drills run the built fleet-worker binary: build it from this tree first.

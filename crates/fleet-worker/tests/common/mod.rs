@@ -30,17 +30,24 @@ pub struct Worker {
 
 impl Worker {
     pub fn start(model: &str, broker: &Broker, redis: &Redis, extra: &[&str]) -> Self {
-        let url = redis.url();
-        let mut args = extra.to_vec();
-        if !extra.contains(&"--redis") {
-            args.extend(["--redis", url.as_str()]);
-        }
-        Self::start_with_redis_args(model, broker, &args)
+        let metrics = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Self::start_on(metrics, model, broker, redis, extra)
     }
 
     /// `extra` names the Redis to use (`--redis` and any TLS settings).
     pub fn start_with_redis_args(model: &str, broker: &Broker, extra: &[&str]) -> Self {
         Self::spawn(model, broker, extra, None)
+    }
+
+    /// [`Worker::start`] serving its metrics on `metrics`: an address chosen
+    /// beforehand, e.g. one a Prometheus started earlier already scrapes.
+    pub fn start_on(metrics: SocketAddr, model: &str, broker: &Broker, redis: &Redis, extra: &[&str]) -> Self {
+        let url = redis.url();
+        let mut args = extra.to_vec();
+        if !extra.contains(&"--redis") {
+            args.extend(["--redis", url.as_str()]);
+        }
+        Self::spawn_on(metrics, model, broker, &args, None)
     }
 
     /// [`Worker::start`] with `dir` as the worker's working directory.
@@ -53,6 +60,16 @@ impl Worker {
 
     fn spawn(model: &str, broker: &Broker, extra: &[&str], dir: Option<&std::path::Path>) -> Self {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Self::spawn_on(metrics, model, broker, extra, dir)
+    }
+
+    fn spawn_on(
+        metrics: SocketAddr,
+        model: &str,
+        broker: &Broker,
+        extra: &[&str],
+        dir: Option<&std::path::Path>,
+    ) -> Self {
         let mut command = Command::new(worker_bin());
         if let Some(dir) = dir {
             command.current_dir(dir);
