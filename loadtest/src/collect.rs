@@ -1,14 +1,20 @@
-//! Reads answers back for thousands of requests at once: every poll is one
-//! pipelined round trip of `HGET fleet:result:{<id>} <model>` per pending id
-//! (in chunks), instead of a blocking wait and a connection per request.
+//! Reads answers back for thousands of requests at once: every poll asks
+//! `HGET <prefix>result:{<id>} <model>` for each pending id, a chunk of them
+//! sent together, instead of a blocking wait and a connection per request.
+//! On one Redis server a chunk is one pipeline (one round trip); in a Redis
+//! Cluster the ids' keys live in different slots, which one pipeline may not
+//! span, so each `HGET` is its own command, all of a chunk sent at once on
+//! the multiplexed connection (one round trip per node).
 //! Answers live `result_ttl_s` (30 s by default), so the poll interval must
 //! stay far below that.
 
 use crate::ledger::Outcome;
+use fleet_connect::redis::Connection;
 use fleet_proto::{Answer, ModelName, Namespace, RequestId, Status};
-use redis::aio::MultiplexedConnection;
+use futures::future::join_all;
+use redis::AsyncCommands;
 
-/// Ids per pipeline: big enough to amortise the round trip, small enough
+/// Ids per chunk: big enough to amortise the round trip, small enough
 /// that one reply stays a few MB (an answer carries a 384-float embedding).
 const CHUNK: usize = 256;
 
@@ -35,19 +41,18 @@ impl Seen {
     }
 }
 
-/// One poll over `ids`: the answers present now, by position in `ids`.
+/// One poll over `ids` (their result keys named by `names`): the answers
+/// present now, by position in `ids`.
 pub async fn poll(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Connection,
+    names: &Namespace,
     model: &ModelName,
     ids: &[RequestId],
 ) -> Result<Vec<Option<Seen>>, redis::RedisError> {
     let mut seen = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
-        let mut pipe = redis::pipe();
-        for id in chunk {
-            pipe.hget(Namespace::default().result_key(id), model.as_str());
-        }
-        let replies: Vec<Option<String>> = pipe.query_async(conn).await?;
+        let keys: Vec<String> = chunk.iter().map(|id| names.result_key(id)).collect();
+        let replies = hget_each(conn, &keys, model.as_str()).await?;
         seen.extend(replies.into_iter().map(|reply| {
             let reply = reply?;
             Some(match serde_json::from_str::<Answer>(&reply) {
@@ -64,4 +69,27 @@ pub async fn poll(
         }));
     }
     Ok(seen)
+}
+
+/// `HGET <key> <field>` for every key, the replies in the keys' order: one
+/// pipeline on one server; on a cluster one command per key (see the module
+/// docs), sent together, so a chunk still costs a round trip per node, not
+/// per key.
+async fn hget_each(
+    conn: &mut Connection,
+    keys: &[String],
+    field: &str,
+) -> Result<Vec<Option<String>>, redis::RedisError> {
+    if matches!(conn, Connection::Cluster(_)) {
+        let reads = keys.iter().map(|key| {
+            let mut conn = conn.clone();
+            async move { conn.hget::<_, _, Option<String>>(key.as_str(), field).await }
+        });
+        return join_all(reads).await.into_iter().collect();
+    }
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.hget(key.as_str(), field);
+    }
+    pipe.query_async(conn).await
 }

@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use fleet_connect::namespace::NamespaceArgs;
 use fleet_connect::redis::RedisConfig;
 use fleet_producer::KafkaConfig;
 use fleet_proto::ModelName;
@@ -154,8 +155,13 @@ enum ProfileName {
 struct RunArgs {
     #[command(flatten)]
     kafka: fleet_connect::kafka::KafkaArgs,
+    /// One Redis server, or a Redis Cluster with --redis-cluster.
     #[command(flatten)]
     redis: RedisConfig,
+    /// The measured release's topic, group and Redis key prefixes, as its
+    /// workers were given them.
+    #[command(flatten)]
+    namespace: NamespaceArgs,
     #[arg(long, default_value = "minilm")]
     model: ModelName,
     #[arg(long, value_enum, default_value = "steady")]
@@ -308,19 +314,27 @@ async fn execute(command: Command) -> Result<()> {
                 ProfileName::Ramp => "ramp",
                 ProfileName::Burst => "burst",
             };
-            // The run reads answers and backlog reports from one Redis
-            // server under the default prefixes: a cluster would be read as
-            // its first seed node alone, so it is refused, not ignored.
-            anyhow::ensure!(
-                !args.redis.redis_cluster,
-                "loadtest run measures a fleet on one Redis server; --redis-cluster is not supported"
+            // Settings that cannot work fail here, before the Kafka check's wait.
+            let (redis, names) = (args.redis.target()?, args.namespace.namespace()?);
+            // What is measured, said once: a prefix exported for the workers
+            // (FLEET_*_PREFIX) applies here too.
+            let server = if matches!(redis, fleet_connect::redis::RedisTarget::Cluster(_)) {
+                "a Redis Cluster"
+            } else {
+                "one Redis server"
+            };
+            println!(
+                "measuring topic {}, group {}, answers on {server}",
+                names.topic(&args.model),
+                names.consumer_group(&args.model)
             );
             let kafka = KafkaConfig::from_args(&args.kafka)?;
             fleet_connect::kafka_check::check_at_start(&kafka.client_config(), std::time::Duration::from_secs(10))?;
             let started = unix_s();
             let outcome = runner::run(RunConfig {
                 kafka,
-                redis: args.redis.client()?,
+                redis,
+                names,
                 model: args.model.clone(),
                 profile,
                 duration: args.duration,
@@ -531,5 +545,45 @@ fn print_admission_books(compared: &admission_bench::Compared) {
             ledger.missing
         );
         println!("    {}", ledger.result_line());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use fleet_connect::redis::RedisTarget;
+    use fleet_proto::Namespace;
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+            Command::Run(args) => *args,
+            _ => panic!("not a run"),
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_run_measures_a_prefixed_release_on_a_cluster() {
+        let args = run_args(&[
+            "loadtest",
+            "run",
+            "--topic-prefix",
+            "blue.infer.",
+            "--group-prefix",
+            "blue-fleet.",
+            "--redis-prefix",
+            "blue:fleet:",
+            "--redis-cluster",
+            "--redis",
+            "redis://a:7000,redis://b:7001",
+        ]);
+        let names = args.namespace.namespace().unwrap();
+        assert_eq!(names, Namespace::new("blue.infer.", "blue-fleet.", "blue:fleet:").unwrap());
+        assert!(matches!(args.redis.target(), Ok(RedisTarget::Cluster(_))));
     }
 }

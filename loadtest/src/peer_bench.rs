@@ -11,6 +11,7 @@
 use crate::collect;
 use crate::fleet::{Binaries, LocalWorker};
 use anyhow::{bail, Context, Result};
+use fleet_connect::redis::Connection;
 use fleet_producer::{FleetProducer, Request};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{ModelName, Namespace, RequestId};
@@ -123,7 +124,8 @@ async fn measure(bench: &PeerBench, broker: &Broker, redis: &Redis, model: &Mode
     for delivered in futures::future::join_all(deliveries).await {
         delivered.context("delivery")?;
     }
-    let mut conn = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    // Its own Redis, one server, the default names (as the peer's script).
+    let mut conn = Connection::Plain(redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?);
     let mut pending: Vec<usize> = (0..ids.len()).collect();
     let mut sample = vec![None; SAMPLE];
     let mut last_seen = started;
@@ -133,7 +135,7 @@ async fn measure(bench: &PeerBench, broker: &Broker, redis: &Redis, model: &Mode
         }
         tokio::time::sleep(POLL_EVERY).await;
         let asked: Vec<RequestId> = pending.iter().map(|&i| ids[i].clone()).collect();
-        let seen = collect::poll(&mut conn, model, &asked).await?;
+        let seen = collect::poll(&mut conn, &Namespace::default(), model, &asked).await?;
         let now = Instant::now();
         let mut still = Vec::new();
         for (&i, answer) in pending.iter().zip(seen) {
@@ -153,7 +155,7 @@ async fn measure(bench: &PeerBench, broker: &Broker, redis: &Redis, model: &Mode
     Ok(Side { answered: ids.len(), seconds: last_seen.duration_since(started).as_secs_f64(), sample })
 }
 
-async fn embedding(conn: &mut redis::aio::MultiplexedConnection, id: &RequestId) -> Option<Vec<f32>> {
+async fn embedding(conn: &mut Connection, id: &RequestId) -> Option<Vec<f32>> {
     let raw: Option<String> =
         redis::cmd("HGET").arg(Namespace::default().result_key(id)).arg(MODEL).query_async(conn).await.ok().flatten();
     raw.as_deref().and_then(embedding_of)

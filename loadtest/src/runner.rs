@@ -6,20 +6,23 @@
 //! state (no locks): it polls Redis for answers every 250 ms and stops when
 //! every acknowledged request has an outcome, or when the drain time after
 //! the last send has passed (what is still unanswered then is `missing`).
+//!
+//! Every name (topic, consumer group, Redis key) is the measured release's,
+//! from its [`Namespace`]; Redis is one server or a Redis Cluster
+//! ([`RedisTarget`]), as the fleet itself runs.
 
 use crate::collect::{self, Seen};
 use crate::ledger::{Ledger, Outcome};
 use crate::profile::{self, Profile};
 use crate::timeline::Record;
 use anyhow::{Context, Result};
-use fleet_connect::redis::RedisTarget;
+use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_producer::{admission, BacklogGuard, FleetProducer, KafkaConfig, Request, SendError};
 use fleet_proto::backlog::Load;
 use fleet_proto::clock::now_ms;
 use fleet_proto::{ModelName, Namespace, RequestId};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::consumer::BaseConsumer;
-use redis::aio::MultiplexedConnection;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -27,7 +30,11 @@ use tokio::time::Instant;
 
 pub struct RunConfig {
     pub kafka: KafkaConfig,
-    pub redis: redis::Client,
+    /// Where the answers and the workers' backlog reports are read.
+    pub redis: RedisTarget,
+    /// The measured release's prefixes: the topics sent to, the group whose
+    /// lag is sampled, the Redis keys read.
+    pub names: Namespace,
     pub model: ModelName,
     pub profile: Profile,
     pub duration: Duration,
@@ -48,12 +55,13 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    /// A quiet run of `profile` for `duration` with seed 0: no bound on the
-    /// requests, the model's TTL, 60 s to collect answers, no progress bar,
-    /// every request sent. Callers set what differs with `..`.
+    /// A quiet run of `profile` for `duration` with seed 0 under the default
+    /// names: no bound on the requests, the model's TTL, 60 s to collect
+    /// answers, no progress bar, every request sent. Callers set what
+    /// differs with `..`.
     pub fn new(
         kafka: KafkaConfig,
-        redis: redis::Client,
+        redis: RedisTarget,
         model: ModelName,
         profile: Profile,
         duration: Duration,
@@ -63,6 +71,7 @@ impl RunConfig {
         Self {
             kafka,
             redis,
+            names: Namespace::default(),
             model,
             profile,
             duration,
@@ -87,7 +96,7 @@ impl RunConfig {
         corpus: &[String],
         run_id: String,
     ) -> Result<Self> {
-        let redis = redis::Client::open(redis_url).context("the local Redis URL")?;
+        let redis = RedisTarget::Server(redis::Client::open(redis_url).context("the local Redis URL")?);
         Ok(Self::new(broker.kafka(), redis, model.clone(), profile, duration, corpus.to_vec(), run_id))
     }
 }
@@ -127,6 +136,13 @@ struct State {
 
 const POLL_EVERY: Duration = Duration::from_millis(250);
 
+/// Bounds on each Redis connect and reply, on one server or a cluster: the
+/// redis crate's defaults for a multiplexed connection, so a Redis that
+/// stops answering (the redis-outage drill) costs a poll or a sample, which
+/// is tried again at the next tick, never a hang.
+const REDIS_CONNECT: Duration = Duration::from_secs(1);
+const REDIS_RESPOND: Duration = Duration::from_millis(500);
+
 /// The run's texts: the seeded mixed-length workload, each made unique by
 /// its number so that the feature cache answers none of them.
 pub fn texts(corpus: &[String], count: usize, seed: u64) -> Vec<String> {
@@ -140,16 +156,13 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     let ids: Vec<RequestId> = (0..arrivals.len())
         .map(|i| RequestId::parse(&format!("{}-{i}", config.run_id)).context("run id"))
         .collect::<Result<_>>()?;
-    let mut producer = FleetProducer::new(&config.kafka, "loadtest")?;
+    let mut producer = FleetProducer::new(&config.kafka, "loadtest")?.with_namespace(config.names.clone());
     if let Some(rule) = config.admission {
         let guard = match rule {
             AdmissionRule::FixedBacklog(limit) => {
-                BacklogGuard::connect_to(&RedisTarget::Server(config.redis.clone()), Namespace::default(), limit)
-                    .await?
+                BacklogGuard::connect_to(&config.redis, config.names.clone(), limit).await?
             }
-            AdmissionRule::PredictedWait => {
-                BacklogGuard::adaptive(&RedisTarget::Server(config.redis.clone()), Namespace::default()).await?
-            }
+            AdmissionRule::PredictedWait => BacklogGuard::adaptive(&config.redis, config.names.clone()).await?,
         };
         producer = producer.with_admission(guard);
     }
@@ -157,11 +170,12 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     let offsets: BaseConsumer = config
         .kafka
         .client_config()
-        .set("group.id", Namespace::default().consumer_group(&config.model))
+        .set("group.id", config.names.consumer_group(&config.model))
         .set("enable.auto.commit", "false")
         .create()?;
     let offsets = Arc::new(offsets);
-    let dlq_before = dlq_high_watermark(&offsets, &config.model).await?;
+    let dlq_topic = config.names.dlq_topic(&config.model);
+    let dlq_before = dlq_high_watermark(&offsets, &dlq_topic).await?;
 
     let start = Instant::now();
     let (events, mut inbox) = mpsc::unbounded_channel();
@@ -176,15 +190,22 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
         events,
     }));
     let (stop_sampler, sampler_stopped) = oneshot::channel();
-    let reports = config.redis.get_multiplexed_async_connection().await.context("connecting to Redis")?;
-    let sampler = tokio::spawn(sample_fleet(offsets.clone(), reports, config.model.clone(), start, sampler_stopped));
+    let reports = config.redis.connection(REDIS_CONNECT, Some(REDIS_RESPOND)).await.context("connecting to Redis")?;
+    let sampler = tokio::spawn(sample_fleet(
+        offsets.clone(),
+        reports,
+        config.names.clone(),
+        config.model.clone(),
+        start,
+        sampler_stopped,
+    ));
 
     let progress = if config.progress { ProgressBar::new(ids.len() as u64) } else { ProgressBar::hidden() };
     progress.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} answered {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut conn = config.redis.get_multiplexed_async_connection().await.context("connecting to Redis")?;
+    let mut conn = config.redis.connection(REDIS_CONNECT, Some(REDIS_RESPOND)).await.context("connecting to Redis")?;
     let mut states = vec![State::default(); ids.len()];
     let mut sender_done = false;
     let mut last_send = start;
@@ -203,7 +224,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
                     .filter(|&i| states[i].sent_s.is_some() && states[i].delivered != Some(false) && states[i].seen.is_none())
                     .collect();
                 let pending_ids: Vec<RequestId> = pending.iter().map(|&i| ids[i].clone()).collect();
-                match collect::poll(&mut conn, &config.model, &pending_ids).await {
+                match collect::poll(&mut conn, &config.names, &config.model, &pending_ids).await {
                     Ok(found) => {
                         let at = start.elapsed().as_secs_f64();
                         for (&i, seen) in pending.iter().zip(found) {
@@ -229,7 +250,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     sender.await.context("sender task")?;
     let _ = stop_sampler.send(());
     let Samples { lag, load } = sampler.await.context("fleet sampler")?;
-    let dlq_after = dlq_high_watermark(&offsets, &config.model).await?;
+    let dlq_after = dlq_high_watermark(&offsets, &dlq_topic).await?;
 
     let mut ledger = Ledger { dlq: dlq_after.saturating_sub(dlq_before), ..Ledger::default() };
     let mut records = Vec::with_capacity(ids.len());
@@ -326,7 +347,8 @@ struct Samples {
 /// report the workers published (as a producer's admission reads it).
 async fn sample_fleet(
     consumer: Arc<BaseConsumer>,
-    mut redis: MultiplexedConnection,
+    mut redis: Connection,
+    names: Namespace,
     model: ModelName,
     start: Instant,
     mut stop: oneshot::Receiver<()>,
@@ -338,11 +360,10 @@ async fn sample_fleet(
             _ = &mut stop => return samples,
             _ = tick.tick() => {}
         }
-        if let Ok(Some(load)) = admission::read_load(&mut redis, &Namespace::default().backlog_key(&model)).await {
+        if let Ok(Some(load)) = admission::read_load(&mut redis, &names.backlog_key(&model)).await {
             samples.load.push((start.elapsed().as_secs_f64(), load));
         }
-        let (consumer, group, topic) =
-            (consumer.clone(), Namespace::default().consumer_group(&model), Namespace::default().topic(&model));
+        let (consumer, group, topic) = (consumer.clone(), names.consumer_group(&model), names.topic(&model));
         let measured = tokio::task::spawn_blocking(move || {
             fleet_ops::probe::measure(consumer.as_ref(), &group, &topic, Duration::from_secs(2))
         })
@@ -354,9 +375,9 @@ async fn sample_fleet(
 }
 
 /// Messages ever written to the model's dead-letter topic (partition 0).
-async fn dlq_high_watermark(consumer: &Arc<BaseConsumer>, model: &ModelName) -> Result<u64> {
+async fn dlq_high_watermark(consumer: &Arc<BaseConsumer>, dlq_topic: &str) -> Result<u64> {
     use rdkafka::consumer::Consumer;
-    let (consumer, topic) = (consumer.clone(), Namespace::default().dlq_topic(model));
+    let (consumer, topic) = (consumer.clone(), dlq_topic.to_owned());
     let (_, high) = tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10)))
         .await?
         .context("reading the dead-letter topic's watermark")?;
