@@ -152,10 +152,7 @@ struct Fleet {
 }
 
 async fn start_fleet(partitions: i32, redis: Redis, worker_args: &[&str]) -> Fleet {
-    let broker = Broker::start();
-    broker.create_topics(&minilm(), partitions).await;
-    let worker = Worker::start("minilm", &broker, &redis, worker_args);
-    worker.wait_until_serving(partitions).await;
+    let (broker, worker) = common::serving_minilm(partitions, &redis, worker_args).await;
     Fleet { broker, redis, worker }
 }
 

@@ -80,10 +80,7 @@ async fn assert_committed_to_the_end(broker: &Broker, partitions: i32) {
 async fn redis_killed_and_started_again_empty_loses_no_answer() {
     let _serial = serial().await;
     let mut redis = Redis::start();
-    let broker = Broker::start();
-    broker.create_topics(&minilm(), 2).await;
-    let worker = Worker::start("minilm", &broker, &redis, &[]);
-    worker.wait_until_serving(2).await;
+    let (broker, worker) = common::serving_minilm(2, &redis, &[]).await;
 
     // Answered and committed: only Redis holds these answers now.
     let before = common::send_texts(&broker, &minilm(), "before-kill", &texts("before", 40), None).await;
@@ -110,10 +107,7 @@ async fn redis_killed_and_started_again_empty_loses_no_answer() {
 async fn redis_frozen_past_the_stall_bound_is_waited_for_without_failing_liveness() {
     let _serial = serial().await;
     let redis = Redis::start();
-    let broker = Broker::start();
-    broker.create_topics(&minilm(), 2).await;
-    let worker = Worker::start("minilm", &broker, &redis, &["--stall-timeout", "3s"]);
-    worker.wait_until_serving(2).await;
+    let (broker, worker) = common::serving_minilm(2, &redis, &["--stall-timeout", "3s"]).await;
     let first = common::send_texts(&broker, &minilm(), "before-freeze", &texts("before", 10), None).await;
     wait_for_answers(&redis, &first, Duration::from_secs(60)).await;
 

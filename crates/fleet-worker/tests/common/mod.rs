@@ -23,6 +23,16 @@ pub fn worker_bin() -> PathBuf {
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fleet-worker")), PathBuf::from)
 }
 
+/// A broker with `infer.minilm` of `partitions` partitions and a minilm
+/// worker (with `worker_args`) on `redis`, owning all of them.
+pub async fn serving_minilm(partitions: i32, redis: &Redis, worker_args: &[&str]) -> (Broker, Worker) {
+    let broker = Broker::start();
+    broker.create_topics(&ModelName::parse("minilm").unwrap(), partitions).await;
+    let worker = Worker::start("minilm", &broker, redis, worker_args);
+    worker.wait_until_serving(partitions).await;
+    (broker, worker)
+}
+
 pub struct Worker {
     process: Option<Child>,
     pub metrics: SocketAddr,
