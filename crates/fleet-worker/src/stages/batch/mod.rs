@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 
 pub struct BatchStage {
     pub model: ModelName,
+    /// The first version's limits (a handover brings the next ones).
     pub limits: BucketLimits,
     /// The version whose limits apply: its requests' `expired` answers are
     /// its own, and the engine's feedback on another version's batches is
@@ -49,7 +50,7 @@ pub struct BatchStage {
 impl BatchStage {
     pub async fn run(mut self) {
         let mut batcher: BucketBatcher<Job> = BucketBatcher::new(self.limits.clone());
-        self.publish_row_caps(&batcher);
+        publish_row_caps(&batcher);
         let mut open = true;
         let mut revocations_seen = self.ledger.revocations();
         while open || !batcher.is_empty() {
@@ -140,16 +141,15 @@ impl BatchStage {
         }
         // A bucket the new version has not (its max_seq_len or buckets
         // changed) holds nothing from now on.
-        for bound in self.limits.boundaries.iter().filter(|b| !handover.limits.boundaries.contains(b)) {
+        for bound in batcher.limits().boundaries.iter().filter(|b| !handover.limits.boundaries.contains(b)) {
             metrics::gauge!(BATCH_ROW_CAP, "bucket" => bound.to_string()).set(0.0);
         }
-        self.limits = handover.limits.clone();
         self.version = handover.version;
-        *batcher = BucketBatcher::new(self.limits.clone());
+        *batcher = BucketBatcher::new(handover.limits.clone());
         for &(bucket, rows) in &handover.row_caps {
             batcher.cap_rows(bucket, rows);
         }
-        self.publish_row_caps(batcher);
+        publish_row_caps(batcher);
         self.batches.send(Piped::Handover(handover)).await.is_ok()
     }
 
@@ -161,23 +161,11 @@ impl BatchStage {
                 }
                 BatchFeedback::RowCap { version, bucket, rows } if version == self.version => {
                     batcher.cap_rows(bucket, rows);
-                    self.publish_row_cap(batcher, bucket);
+                    publish_row_cap(batcher, bucket);
                 }
                 // About the batches of a version this stage no longer forms.
                 _ => {}
             }
-        }
-    }
-
-    fn publish_row_caps(&self, batcher: &BucketBatcher<Job>) {
-        for bucket in 0..self.limits.boundaries.len() {
-            self.publish_row_cap(batcher, bucket);
-        }
-    }
-
-    fn publish_row_cap(&self, batcher: &BucketBatcher<Job>, bucket: usize) {
-        if let Some(bound) = self.limits.boundaries.get(bucket) {
-            metrics::gauge!(BATCH_ROW_CAP, "bucket" => bound.to_string()).set(batcher.row_cap(bucket) as f64);
         }
     }
 
@@ -199,6 +187,19 @@ impl BatchStage {
             })
             .collect();
         self.sink.send(SinkItem::Answers(answers)).await.is_ok()
+    }
+}
+
+/// Every bucket's row cap, as the batcher's limits name the buckets.
+fn publish_row_caps(batcher: &BucketBatcher<Job>) {
+    for bucket in 0..batcher.limits().boundaries.len() {
+        publish_row_cap(batcher, bucket);
+    }
+}
+
+fn publish_row_cap(batcher: &BucketBatcher<Job>, bucket: usize) {
+    if let Some(bound) = batcher.limits().boundaries.get(bucket) {
+        metrics::gauge!(BATCH_ROW_CAP, "bucket" => bound.to_string()).set(batcher.row_cap(bucket) as f64);
     }
 }
 
