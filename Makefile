@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test up down test-deploy bench-batching bench-pipeline bench-peer bench-precision bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test up down test-deploy bench-batching bench-pipeline bench-peer bench-precision bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -61,6 +61,14 @@ drills:
 # rounds (about 8 minutes; docs/benchmarks.md).
 bench-admission:
 	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models FLEET_INTRA_OP_THREADS=1 && "$$FLEET_BIN_DIR/loadtest" admission'
+
+# Interactive latency alone, behind a 50 000-text backfill on the same topic,
+# and with lanes; then the backfill cancelled mid-run (docs/benchmarks.md).
+# One worker, each step on a fleet of its own; the one-topic step waits for
+# the backfill (minutes on 2 cores). The output is kept in loadtest-report/.
+bench-lanes:
+	mkdir -p loadtest-report
+	bash -c 'set -o pipefail; source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && "$$FLEET_BIN_DIR/loadtest" lanes 2>&1 | tee loadtest-report/bench-lanes.txt'
 
 # A burst's consumer lag, recorded and replayed through the HPA (docs/autoscaling.md).
 record-burst-lag:

@@ -1,8 +1,8 @@
 """Runs the Python client against a live fleet and checks what it gets back.
 
 Started by crates/fleet-worker/tests/clients.rs (part of `make test`)
-with a broker, a Redis and two real workers (minilm, efficientnet_lite0); by
-hand: python3 clients/python/check_client.py --brokers 127.0.0.1:9092
+with a broker, a Redis and two real workers (minilm, efficientnet_lite0;
+each reading its bulk topic, infer.<model>.bulk, too); by hand: python3 clients/python/check_client.py --brokers 127.0.0.1:9092
 --redis redis://127.0.0.1:6379 --photo <a photo of coffee>. Python puts this
 file's folder first on sys.path, so that imports the fleet_client.py beside
 it; `python3 -P` checks the installed package (`pip install ./clients/python`)
@@ -16,8 +16,21 @@ import sys
 import time
 
 import redis
+from confluent_kafka import Producer
 
-from fleet_client import FleetClient, Overloaded, now_ms
+from fleet_client import (
+    BULK,
+    CANCELLED,
+    DEFAULT_CANCEL_KEEP_S,
+    EVENT_TYPE,
+    JOB_HEADER,
+    SPEC_VERSION,
+    TEXT,
+    FleetClient,
+    Overloaded,
+    now_ms,
+    rfc3339,
+)
 
 TEXTS = [
     "A man is eating food.",
@@ -102,6 +115,77 @@ def main():
     client.flush()
     check(client.wait(admitted, ["minilm"], timeout_s=60)["minilm"]["status"] == "ok", "admitted and answered")
     check(client.poll(refused_id) == {}, "the refused request was never sent")
+
+    # Lanes and jobs: the client refuses, before sending, a lane or a job id
+    # the fleet would not accept.
+    not_sent = f"py-{args.run}-not-sent"
+    for options in [{"lane": "urgent"}, {"job": "bad job!"}, {"job": ""}, {"job": "j" * 129}]:
+        try:
+            client.send_text("minilm", not_sent, "Never sent.", **options)
+            check(False, f"the client refuses {options}")
+        except ValueError as refused:
+            check(True, f"the client refuses {str(options)[:40]}: {str(refused)[:60]}")
+    try:
+        client.cancel("bad job!")
+        check(False, "the client refuses to cancel an invalid job id")
+    except ValueError:
+        check(True, "the client refuses to cancel an invalid job id")
+    check(client.poll(not_sent) == {}, "nothing the client refused was sent")
+
+    # (a) The bulk lane (infer.minilm.bulk), in a job: answered like the
+    # interactive lane.
+    bulk_id = f"py-{args.run}-bulk"
+    client.send_text("minilm", bulk_id, TEXTS[0], lane=BULK, job=f"py-{args.run}-job")
+    client.flush()
+    answer = client.wait(bulk_id, ["minilm"], timeout_s=60)["minilm"]
+    check(answer["status"] == "ok", f"a text on the bulk lane, in a job, answered ok (got {answer['status']})")
+    check(cosine(answer["output"]["embedding"], embeddings[0]) > 0.99, "the bulk lane computes the same embedding")
+
+    # (b) A job cancelled before its requests are sent: each is answered
+    # cancelled, never computed (no output, no error).
+    job = f"py-{args.run}-cancelled"
+    client.cancel(job)
+    ttl = admin.ttl(client.cancel_key(job))
+    check(0 < ttl <= DEFAULT_CANCEL_KEEP_S, f"cancel marks {client.cancel_key(job)} for a week (ttl {ttl} s)")
+    cancelled_ids = [f"py-{args.run}-cancelled-{i}" for i in range(3)]
+    for request_id, text in zip(cancelled_ids, TEXTS):
+        client.send_text("minilm", request_id, text, lane=BULK, job=job)
+    client.flush()
+    for request_id in cancelled_ids:
+        answer = client.wait(request_id, ["minilm"], timeout_s=60)["minilm"]
+        check(
+            answer["status"] == CANCELLED
+            and "output" not in answer
+            and "error" not in answer
+            and "timings_ms" in answer,
+            f"{request_id} of the cancelled job answered cancelled (got {answer['status']})",
+        )
+
+    # (c) An invalid job id, sent raw (the client would refuse it): answered
+    # error bad_request.
+    raw_id = f"py-{args.run}-bad-job"
+    raw = Producer({"bootstrap.servers": args.brokers})
+    raw.produce(
+        client.topic("minilm"),
+        key=raw_id.encode(),
+        value=b"A request whose job id is not valid.",
+        headers=[
+            ("ce_specversion", SPEC_VERSION.encode()),
+            ("ce_type", EVENT_TYPE.encode()),
+            ("ce_id", raw_id.encode()),
+            ("ce_source", b"check-client"),
+            ("ce_time", rfc3339(now_ms()).encode()),
+            ("content-type", TEXT.encode()),
+            (JOB_HEADER, b"bad job!"),
+        ],
+    )
+    check(raw.flush(30) == 0, "the raw request with an invalid job id was acknowledged")
+    answer = client.wait(raw_id, ["minilm"], timeout_s=60)["minilm"]
+    code = (answer.get("error") or {}).get("code")
+    check(
+        answer["status"] == "error" and code == "bad_request",
+        f"an invalid job id is answered error bad_request (got {answer['status']} {code})",
+    )
     client.close()
 
 

@@ -10,6 +10,12 @@ request's two keys share a hash tag, so they live in one slot.
     client.send_text("minilm", "req-1", "A man is eating food.")
     answers = client.wait("req-1", ["minilm"], timeout_s=30)
 
+Lanes and jobs: `lane="bulk"` sends to the model's bulk topic
+(`infer.<model>.bulk`), which workers serve with the capacity interactive
+requests leave; `job="backfill-7"` tags a request with a job
+(`ce_fleetjob`), and `cancel("backfill-7")` makes workers answer every
+request of that job they have not computed yet with status "cancelled".
+
 Admission: `admit(model, deadline_ms)` reads the workers' backlog reports and
 refuses (raises Overloaded) a request whose predicted wait, backlog / drain
 rate, would outlast its deadline: the same rule as the Rust producer's
@@ -44,6 +50,34 @@ MAX_REPORT_AGE_MS = 5_000
 MIN_DRAIN_PER_S = 0.5
 MAX_PARTS = 16
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Lanes: interactive requests go to infer.<model>, bulk ones to
+# infer.<model>.bulk (same message contract).
+INTERACTIVE = "interactive"
+BULK = "bulk"
+LANES = (INTERACTIVE, BULK)
+_LANE_SUFFIX = {INTERACTIVE: "", BULK: ".bulk"}
+# The job a request belongs to (a CloudEvents extension attribute); same
+# alphabet and length as a request id.
+JOB_HEADER = "ce_fleetjob"
+# How long a cancel lasts unless told otherwise: a week, Kafka's default
+# retention, so a cancelled job's messages read late are not computed either.
+DEFAULT_CANCEL_KEEP_S = 7 * 24 * 3600
+# An answer's status (docs/answer.schema.json). Only "ok" has an output,
+# only "error" an error; "expired" and "cancelled" were never computed.
+OK, ERROR, EXPIRED, CANCELLED = "ok", "error", "expired", "cancelled"
+STATUSES = (OK, ERROR, EXPIRED, CANCELLED)
+
+
+def check_request_id(request_id: str, what: str = "request id") -> None:
+    """Raises ValueError unless `request_id` is 1-128 characters of
+    A-Z a-z 0-9 . _ : - (the rule for request ids and job ids alike)."""
+    if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+        raise ValueError(f"{what} {request_id!r}: 1-128 characters of A-Z a-z 0-9 . _ : -")
+
+
+def check_lane(lane: str) -> None:
+    if lane not in LANES:
+        raise ValueError(f"lane {lane!r} is not one of {', '.join(LANES)}")
 
 
 class Overloaded(Exception):
@@ -146,14 +180,19 @@ class FleetClient:
 
     # -- names ---------------------------------------------------------------
 
-    def topic(self, model: str) -> str:
-        return f"{self._topic_prefix}{model}"
+    def topic(self, model: str, lane: str = INTERACTIVE) -> str:
+        """`infer.<model>` (interactive) or `infer.<model>.bulk` (bulk)."""
+        check_lane(lane)
+        return f"{self._topic_prefix}{model}{_LANE_SUFFIX[lane]}"
 
     def result_key(self, request_id: str) -> str:
         return f"{self._redis_prefix}result:{{{request_id}}}"
 
     def ready_key(self, request_id: str) -> str:
         return f"{self._redis_prefix}ready:{{{request_id}}}"
+
+    def cancel_key(self, job: str) -> str:
+        return f"{self._redis_prefix}cancel:{{{job}}}"
 
     def backlog_key(self, model: str) -> str:
         return f"{self._redis_prefix}backlog:{model}"
@@ -170,6 +209,8 @@ class FleetClient:
         deadline_ms: int | None = None,
         parts: int = 1,
         admit: bool = False,
+        lane: str = INTERACTIVE,
+        job: str | None = None,
     ) -> None:
         """Enqueues one request; `flush()` waits for the broker's acks.
 
@@ -177,9 +218,17 @@ class FleetClient:
         clock, and without `deadline_ms` the worker's default deadline counts
         from it. Reusing an id within the result TTL returns the earlier
         answer: the first answer of each model wins.
+
+        `lane` is "interactive" (`infer.<model>`, the default) or "bulk"
+        (`infer.<model>.bulk`: served with the capacity interactive requests
+        leave). `job` (header ce_fleetjob, same rule as a request id) makes
+        the request part of a job that `cancel(job)` stops; to make a single
+        request cancellable, send it with its own id as its job.
         """
-        if not _REQUEST_ID.match(request_id):
-            raise ValueError(f"request id {request_id!r}: 1-128 characters of A-Z a-z 0-9 . _ : -")
+        check_request_id(request_id)
+        check_lane(lane)
+        if job is not None:
+            check_request_id(job, "job id")
         if not 1 <= parts <= MAX_PARTS:
             raise ValueError(f"parts must be 1-{MAX_PARTS}")
         created = now_ms()
@@ -197,9 +246,12 @@ class FleetClient:
             headers.append(("ce_deadline", str(deadline_ms).encode()))
         if parts > 1:
             headers.append(("ce_parts", str(parts).encode()))
+        if job is not None:
+            headers.append((JOB_HEADER, job.encode()))
+        topic = self.topic(model, lane)
         while True:
             try:
-                self._producer.produce(self.topic(model), key=request_id.encode(), value=value, headers=headers)
+                self._producer.produce(topic, key=request_id.encode(), value=value, headers=headers)
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it.
@@ -218,6 +270,20 @@ class FleetClient:
         ce_parts = len(parts); wait for all the models."""
         for model, value, content_type in parts:
             self.send(model, request_id, value, content_type, parts=len(parts), **options)
+
+    def cancel(self, job: str, keep_s: float = DEFAULT_CANCEL_KEEP_S) -> None:
+        """Cancels `job`: from now on workers answer each of its requests
+        that they have not computed yet with status "cancelled" (no output,
+        no error) instead of computing it; a batch already in a model is
+        finished. The mark is `SET <redis prefix>cancel:{<job>} <now ms> EX
+        <keep_s>`: keep it as long as the job's messages can wait in Kafka
+        (default a week, Kafka's default retention). Cancelling twice, or a
+        job no request named, is harmless. A single request is cancellable
+        this way only if it was sent with its id as its job."""
+        check_request_id(job, "job id")
+        if isinstance(keep_s, bool) or not isinstance(keep_s, (int, float)) or not 1 <= keep_s < math.inf:
+            raise ValueError(f"keep_s {keep_s!r}: at least 1 second")
+        self._redis.set(self.cancel_key(job), now_ms(), ex=math.ceil(keep_s))
 
     def flush(self, timeout_s: float = 30.0) -> None:
         left = self._producer.flush(timeout_s)
@@ -258,7 +324,13 @@ class FleetClient:
         return {k.decode(): json.loads(v) for k, v in raw.items()}
 
     def wait(self, request_id: str, models: list, timeout_s: float = 30.0) -> dict:
-        """Blocks until every model in `models` has answered, or raises Timeout."""
+        """Blocks until every model in `models` has answered, or raises Timeout.
+
+        Every status is an answer that ends the wait: "ok" (with `output`),
+        "error" (with `error`: `code`, `message`), "expired" and
+        "cancelled" (neither: the request was never computed; "cancelled"
+        means its job was cancelled). Look at each answer's `status` before
+        its `output`."""
         deadline = time.monotonic() + timeout_s
         answers = self.poll(request_id)
         while not all(m in answers for m in models):

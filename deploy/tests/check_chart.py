@@ -13,6 +13,12 @@ Renders the chart with `helm template` in several scenarios and checks:
   window, and never past the topic's partitions; in KEDA mode no HPA is
   rendered and each ScaledObject reads the model's topic and group with
   lagThreshold 100;
+* lanes (autoscaling.bulk): off by default (one lag metric/trigger, on the
+  interactive topic); on, the bulk topic's lag is a metric (HPA, with its
+  adapter rule) or trigger (KEDA) of its own with its own target, and a
+  bulk.maxReplicas cap clamps it (adapter rule, or KEDA's prometheus
+  scaler); with promtool (FLEET_PROMTOOL) the bulk queries are run on
+  sample series: deduplicated, clamped, 0 when there is no bulk topic;
 * that asking for more replicas than partitions (and other bad values)
   makes `helm template` fail;
 * that no secret value reaches anything but a Secret (NOTES.txt included);
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -307,7 +314,7 @@ def check_hpa(docs, values):
         assert hpa["apiVersion"] == "autoscaling/v2"
         assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": worker_name(name)}
         external = [m["external"] for m in spec["metrics"] if m["type"] == "External"]
-        assert len(external) == 1
+        assert len(external) == 1, f"{name}: bulk lane scaling must be off by default: {external}"
         assert external[0]["metric"]["name"] == "kafka_lag"
         assert external[0]["metric"]["selector"]["matchLabels"]["topic"] == f"infer.{name}"
         assert external[0]["metric"]["selector"]["matchLabels"]["consumergroup"] == f"fleet.{name}"
@@ -367,7 +374,8 @@ def check_keda(docs, values):
         assert spec["scaleTargetRef"]["name"] == worker_name(name)
         assert spec["maxReplicaCount"] <= partitions and spec["maxReplicaCount"] == maximum
         kafka = [t for t in spec["triggers"] if t["type"] == "kafka"]
-        assert len(kafka) == 1
+        assert len(kafka) == 1, f"{name}: bulk lane scaling must be off by default: {kafka}"
+        assert not [t for t in spec["triggers"] if t["type"] == "prometheus"]
         meta = kafka[0]["metadata"]
         assert meta["lagThreshold"] == "100"
         assert meta["topic"] == f"infer.{name}" and meta["consumerGroup"] == f"fleet.{name}"
@@ -383,6 +391,191 @@ def check_keda(docs, values):
         behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
         assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 300
     return ", ".join(f"{n}: max {m}/{p} partitions" for n, p, m in models)
+
+
+# --------------------------------------------------------------- lanes
+
+BULK_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+
+
+def bulk_scenarios():
+    """label -> extra values of the bulk-lane scenarios (rendered with the others)."""
+    return {
+        # HPA, capped at 3 replicas, 500 bulk messages per replica; the bulk
+        # topic's own retention.
+        "bulk-hpa": {"autoscaling": {"bulk": {"enabled": True, "lagThreshold": 500, "maxReplicas": 3}},
+                     "topics": {"bulkRetentionMs": 1209600000}},
+        # KEDA without a cap: the Kafka scaler on the bulk topic.
+        "bulk-keda": {"autoscaling": {"mode": "keda", "bulk": {"enabled": True, "lagThreshold": 500}}},
+        # KEDA with a cap: KEDA's prometheus scaler on the clamped lag; a
+        # model with fewer partitions than the cap is capped at its own max.
+        "bulk-keda-capped": {"autoscaling": {"mode": "keda", "bulk": {
+                                 "enabled": True, "lagThreshold": 500, "maxReplicas": 3,
+                                 "prometheusServerAddress": BULK_PROMETHEUS}},
+                             "models": [{"name": "minilm", "partitions": 8}, {"name": "small", "partitions": 2}]},
+    }
+
+
+def bulk_adapter_query(cap_lag):
+    inner = "sum(max by (consumergroup, topic, partition) (<<.Series>>{<<.LabelMatchers>>})) or vector(0)"
+    return f"clamp_max({inner}, {cap_lag})" if cap_lag else inner
+
+
+def bulk_keda_query(group, topic, cap_lag):
+    inner = (f'sum(max by (consumergroup, topic, partition) (kafka_consumergroup_lag{{consumergroup="{group}",'
+             f'topic="{topic}"}})) or vector(0)')
+    return f"clamp_max({inner}, {cap_lag})"
+
+
+def external_metrics(hpa):
+    return {m["external"]["metric"]["name"]: m["external"] for m in hpa["spec"]["metrics"] if m["type"] == "External"}
+
+
+@check("lanes, HPA: bulk lag is a metric of its own (kafka_lag_bulk on infer.<model>.bulk, AverageValue 500) beside the unchanged kafka_lag; the adapter rule clamps it at 500 x 3")
+def check_bulk_hpa(docs, values):
+    models = resolved_models(values)
+    for name, partitions, maximum in models:
+        hpa = one(docs, "HorizontalPodAutoscaler", worker_name(name))
+        metrics = external_metrics(hpa)
+        assert set(metrics) == {"kafka_lag", "kafka_lag_bulk"}, sorted(metrics)
+        # The interactive metric is exactly what it was without lanes.
+        assert metrics["kafka_lag"]["metric"]["selector"]["matchLabels"] == {"topic": f"infer.{name}", "consumergroup": f"fleet.{name}"}
+        assert metrics["kafka_lag"]["target"] == {"type": "AverageValue", "averageValue": "100"}
+        bulk = metrics["kafka_lag_bulk"]
+        assert bulk["metric"]["selector"]["matchLabels"] == {"topic": f"infer.{name}.bulk", "consumergroup": f"fleet.{name}"}, bulk
+        assert bulk["target"] == {"type": "AverageValue", "averageValue": "500"}, bulk
+        # Two metrics, not one sum: the HPA takes the larger proposal.
+        assert [m["type"] for m in hpa["spec"]["metrics"]] == ["External", "External", "Resource"]
+        assert hpa["spec"]["maxReplicas"] == maximum <= partitions
+    config = yaml.safe_load(one(docs, "ConfigMap", f"{RELEASE}-prometheus-adapter")["data"]["config.yaml"])
+    rules = config["externalRules"]
+    shipped = yaml.safe_load((ROOT / "helm/prometheus-adapter-values.yaml").read_text())["rules"]["external"]
+    assert rules[: len(shipped)] == shipped, "the kafka_lag rule must stay as shipped"
+    bulk_rules = [r for r in rules if r["name"]["as"] == "kafka_lag_bulk"]
+    assert len(bulk_rules) == 1 and len(rules) == len(shipped) + 1, rules
+    rule = bulk_rules[0]
+    assert rule["seriesQuery"] == 'kafka_consumergroup_lag{consumergroup=~"fleet\\\\..+",topic=~".+\\\\.bulk"}', rule["seriesQuery"]
+    assert rule["name"]["matches"] == "^kafka_consumergroup_lag$"
+    assert rule["resources"] == {"overrides": {"namespace": {"resource": "namespace"}}}
+    assert rule["metricsQuery"] == bulk_adapter_query(1500), rule["metricsQuery"]
+    job = topic_job_args(docs)
+    assert all(arg_after(c, "--bulk-retention-ms") == "1209600000" for c in job.values()), job
+    return f"{len(models)} HPAs; adapter clamp 1500"
+
+
+@check("lanes, HPA without bulk.maxReplicas: the bulk rule is not clamped; an adapter ConfigMap per release prefix")
+def check_bulk_hpa_uncapped(helm):
+    _, docs = helm.template({"autoscaling": {"bulk": {"enabled": True}},
+                             "names": {"topicPrefix": "blue.infer.", "groupPrefix": "blue.fleet.", "redisPrefix": "blue:"}})
+    hpa = one(docs, "HorizontalPodAutoscaler", worker_name("minilm"))
+    bulk = external_metrics(hpa)["kafka_lag_bulk"]
+    assert bulk["metric"]["selector"]["matchLabels"] == {"topic": "blue.infer.minilm.bulk", "consumergroup": "blue.fleet.minilm"}
+    assert bulk["target"]["averageValue"] == str(chart_values()["autoscaling"]["bulk"]["lagThreshold"])
+    rules = yaml.safe_load(one(docs, "ConfigMap", f"{RELEASE}-prometheus-adapter")["data"]["config.yaml"])["externalRules"]
+    rule = next(r for r in rules if r["name"]["as"] == "kafka_lag_bulk")
+    assert rule["metricsQuery"] == bulk_adapter_query(None), rule["metricsQuery"]
+    assert 'consumergroup=~"blue\\\\.fleet\\\\..+"' in rule["seriesQuery"], rule["seriesQuery"]
+    # The bulk topic is not counted by the interactive rule's HPA selector,
+    # and the interactive topic not by the bulk rule's series query.
+    assert "topic=~\".+\\\\.bulk\"" in rule["seriesQuery"]
+
+
+@check("lanes, KEDA: a second kafka trigger on infer.<model>.bulk (lagThreshold 500), the interactive trigger unchanged")
+def check_bulk_keda(docs, values):
+    models = resolved_models(values)
+    for name, _, _ in models:
+        spec = one(docs, "ScaledObject", worker_name(name))["spec"]
+        kafka = [t["metadata"] for t in spec["triggers"] if t["type"] == "kafka"]
+        assert [m["topic"] for m in kafka] == [f"infer.{name}", f"infer.{name}.bulk"], kafka
+        interactive, bulk = kafka
+        assert interactive["lagThreshold"] == "100" and bulk["lagThreshold"] == "500"
+        assert interactive["consumerGroup"] == bulk["consumerGroup"] == f"fleet.{name}"
+        assert bulk["allowIdleConsumers"] == "false" and bulk["offsetResetPolicy"] == "earliest"
+        assert bulk["activationLagThreshold"] == interactive["activationLagThreshold"]
+        assert {k: v for k, v in interactive.items() if k not in ("topic", "lagThreshold")} == \
+            {k: v for k, v in bulk.items() if k not in ("topic", "lagThreshold")}, "the two kafka triggers differ in more than topic and threshold"
+        assert [t["type"] for t in spec["triggers"]] == ["kafka", "kafka", "cpu"]
+    return f"{len(models)} ScaledObjects"
+
+
+@check("lanes, KEDA with bulk.maxReplicas: the bulk trigger is KEDA's prometheus scaler on the lag clamped at 500 x min(3, the model's max)")
+def check_bulk_keda_capped(docs):
+    caps = {"minilm": 3, "small": 2}
+    for name, cap in caps.items():
+        spec = one(docs, "ScaledObject", worker_name(name))["spec"]
+        assert [t["type"] for t in spec["triggers"]] == ["kafka", "prometheus", "cpu"], spec["triggers"]
+        kafka = next(t for t in spec["triggers"] if t["type"] == "kafka")["metadata"]
+        assert kafka["topic"] == f"infer.{name}" and kafka["lagThreshold"] == "100", kafka
+        trigger = next(t for t in spec["triggers"] if t["type"] == "prometheus")
+        assert trigger.get("metricType") == "AverageValue", trigger
+        meta = trigger["metadata"]
+        assert meta["serverAddress"] == BULK_PROMETHEUS
+        assert meta["threshold"] == "500"
+        assert meta["query"] == bulk_keda_query(f"fleet.{name}", f"infer.{name}.bulk", 500 * cap), meta["query"]
+        assert "authenticationRef" not in trigger, "the prometheus trigger must not carry the Kafka credentials"
+    return ", ".join(f"{n}: at most {c}" for n, c in caps.items())
+
+
+def promtool_test_bulk_queries(promtool, adapter_query, keda_query):
+    """Runs the bulk queries on sample series with `promtool test rules`:
+    the adapter's (its selector filled in as the adapter does) and KEDA's."""
+    selector = 'kafka_consumergroup_lag{topic="infer.minilm.bulk",consumergroup="fleet.minilm"}'
+    adapter = adapter_query.replace("<<.Series>>{<<.LabelMatchers>>}", selector)
+    absent = adapter.replace('fleet.minilm"', 'fleet.nobulk"').replace("infer.minilm.bulk", "infer.nobulk.bulk")
+    uncapped = bulk_adapter_query(None).replace("<<.Series>>{<<.LabelMatchers>>}", selector)
+
+    def series(job, topic, partition, lane, value):
+        return {"series": f'kafka_consumergroup_lag{{job="{job}",consumergroup="fleet.minilm",topic="{topic}",'
+                          f'partition="{partition}",lane="{lane}"}}', "values": f"{value}x5"}
+
+    tmp = Path(tempfile.mkdtemp())
+    # The adapter's query as a recording rule too: promtool parses it as
+    # Prometheus would load it.
+    (tmp / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "fleet-bulk-check", "rules": [
+        {"record": "fleet:bulk_lag:adapter", "expr": adapter}]}]}, sort_keys=False))
+    tests = {
+        "rule_files": [str(tmp / "rules.yml")],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                # fleet-lag and a worker export the same bulk partitions.
+                series("fleet-lag", "infer.minilm.bulk", 0, "bulk", 3000),
+                series("fleet-worker", "infer.minilm.bulk", 0, "bulk", 3000),
+                series("fleet-lag", "infer.minilm.bulk", 1, "bulk", 2000),
+                # The interactive lane: never part of the bulk metric.
+                series("fleet-lag", "infer.minilm", 0, "interactive", 40000),
+            ],
+            "promql_expr_test": [
+                {"expr": uncapped, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 5000}]},
+                {"expr": adapter, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 1500}]},
+                {"expr": "fleet:bulk_lag:adapter", "eval_time": "2m",
+                 "exp_samples": [{"labels": 'fleet:bulk_lag:adapter', "value": 1500}]},
+                {"expr": keda_query, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 1500}]},
+                # No bulk topic (no series): 0, a value, not "no data".
+                {"expr": absent, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 0}]},
+            ],
+        }],
+    }
+    (tmp / "test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    try:
+        proc = subprocess.run([promtool, "test", "rules", str(tmp / "test.yml")], capture_output=True, text=True)
+    finally:
+        shutil.rmtree(tmp)
+    assert proc.returncode == 0, f"promtool test rules failed:\n{proc.stdout}{proc.stderr}"
+
+
+@check("lanes: the bulk queries (adapter rule, KEDA trigger) on sample series: deduplicated per partition, clamped, 0 without a bulk topic")
+def check_bulk_queries(hpa_docs, keda_docs):
+    promtool = os.environ.get("FLEET_PROMTOOL", "")
+    if not promtool or not os.access(promtool, os.X_OK):
+        return "skipped: FLEET_PROMTOOL is not set (scripts/test-deploy.sh sets it)"
+    rules = yaml.safe_load(one(hpa_docs, "ConfigMap", f"{RELEASE}-prometheus-adapter")["data"]["config.yaml"])["externalRules"]
+    adapter_query = next(r for r in rules if r["name"]["as"] == "kafka_lag_bulk")["metricsQuery"]
+    spec = one(keda_docs, "ScaledObject", worker_name("minilm"))["spec"]
+    keda_query = next(t for t in spec["triggers"] if t["type"] == "prometheus")["metadata"]["query"]
+    promtool_test_bulk_queries(promtool, adapter_query, keda_query)
+    return "5 expressions evaluated by promtool"
 
 
 def secret_scenario():
@@ -613,7 +806,7 @@ def arg_after(command, flag):
 @check("topic settings: broker defaults unless set; a release's own prefixes everywhere")
 def check_topics_and_names(default_docs, release_docs):
     for name, command in topic_job_args(default_docs).items():
-        for flag in ("--replication-factor", "--min-insync-replicas", "--retention-ms"):
+        for flag in ("--replication-factor", "--min-insync-replicas", "--retention-ms", "--bulk-retention-ms"):
             assert flag not in command, f"{name}: {flag} set though the broker's default was asked"
         assert arg_after(command, "--dlq-retention-ms") == "604800000", command
     for name, command in topic_job_args(release_docs).items():
@@ -642,7 +835,11 @@ def check_topics_and_names(default_docs, release_docs):
     assert wanted in adapter, adapter
     dashboard = json.loads(one(release_docs, "ConfigMap", f"{RELEASE}-dashboard")["data"]["fleet.json"])
     lag = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", []) if "kafka_consumergroup_lag" in t["expr"]]
-    assert lag and all(wanted in e and 'topic=~"blue\\\\.infer\\\\.($model)"' in e for e in lag), lag
+    # Every lane's panel: the interactive topics, and the bulk lane's (...($model)\\.bulk").
+    assert lag and all(wanted in e and ('topic=~"blue\\\\.infer\\\\.($model)"' in e
+                                        or 'topic=~"blue\\\\.infer\\\\.($model)\\\\.bulk"' in e) for e in lag), lag
+    assert any(".bulk" in e for e in lag), "the dashboard lost its bulk lane panel"
+    assert not any('"infer\\\\.' in e for e in lag), "a lag panel still selects the default topic prefix"
     urls = [r["annotations"]["runbook_url"] for g in by_kind(release_docs, "PrometheusRule")[0]["spec"]["groups"]
             for r in g["rules"] if "alert" in r]
     assert urls and all(u.startswith("https://git.example.com/fleet/blob/main/docs/operations.md#") for u in urls), urls
@@ -655,13 +852,23 @@ def check_strimzi(helm):
     assert not by_kind(docs, "Job"), "the topic job is rendered beside Strimzi's topics"
     topics = {d["spec"]["topicName"]: d for d in by_kind(docs, "KafkaTopic")}
     models = [name for name, _, _ in resolved_models(chart_values())]
-    assert set(topics) == {t for m in models for t in (f"infer.{m}", f"infer.{m}.dlq")}, sorted(topics)
-    request, dlq = topics["infer.minilm"], topics["infer.minilm.dlq"]
+    assert set(topics) == {t for m in models for t in (f"infer.{m}", f"infer.{m}.bulk", f"infer.{m}.dlq")}, sorted(topics)
+    request, bulk, dlq = topics["infer.minilm"], topics["infer.minilm.bulk"], topics["infer.minilm.dlq"]
+    # The bulk lane's topic: the request topic's partitions and limits, its
+    # own retention (the broker's unless topics.bulkRetentionMs).
+    assert bulk["spec"] == {**request["spec"], "topicName": "infer.minilm.bulk"}, bulk["spec"]
+    assert bulk["metadata"]["name"] == "infer-minilm-bulk"
     assert request["metadata"]["labels"]["strimzi.io/cluster"] == "my-kafka"
     assert (request["spec"]["partitions"], request["spec"]["replicas"]) == (8, 3), request["spec"]
     assert request["spec"]["config"]["min.insync.replicas"] == "2" and "retention.ms" not in request["spec"]["config"]
     assert request["spec"]["config"]["max.message.bytes"] == "20065536"
     assert dlq["spec"]["partitions"] == 1 and dlq["spec"]["config"]["retention.ms"] == "604800000"
+    _, docs = helm.template({"topics": {"strimzi": {"enabled": True, "cluster": "my-kafka"}, "retentionMs": 86400000,
+                                        "bulkRetentionMs": 1209600000}})
+    topics = {d["spec"]["topicName"]: d["spec"]["config"] for d in by_kind(docs, "KafkaTopic")}
+    assert topics["infer.minilm"]["retention.ms"] == "86400000", topics["infer.minilm"]
+    assert topics["infer.minilm.bulk"]["retention.ms"] == "1209600000", topics["infer.minilm.bulk"]
+    assert topics["infer.minilm.dlq"]["retention.ms"] == "604800000", topics["infer.minilm.dlq"]
     return validate_all(docs, "strimzi")
 
 
@@ -734,6 +941,28 @@ def check_failures(helm):
         ("waiting for replicas of a Redis Cluster (the worker refuses it)",
          {"redis": {"cluster": True, "waitReplicas": 1}}, "redis.waitReplicas does not go with redis.cluster"),
         ("a negative replica count", {"redis": {"waitReplicas": -1}}, "redis.waitReplicas"),
+        # Lanes: the bulk trigger's values.
+        ("a bulk cap in keda mode without Prometheus (KEDA's Kafka scaler cannot cap one trigger)",
+         {"autoscaling": {"mode": "keda", "bulk": {"enabled": True, "maxReplicas": 2}}},
+         "autoscaling.bulk.maxReplicas in keda mode needs autoscaling.bulk.prometheusServerAddress"),
+        ("a bulk lag threshold of 0", {"autoscaling": {"bulk": {"enabled": True, "lagThreshold": 0}}},
+         "autoscaling.bulk.lagThreshold"),
+        ("a bulk lag threshold that is no number", {"autoscaling": {"bulk": {"lagThreshold": "lots"}}},
+         "autoscaling.bulk.lagThreshold"),
+        ("a bulk cap of 0 replicas", {"autoscaling": {"bulk": {"enabled": True, "maxReplicas": 0}}},
+         "autoscaling.bulk.maxReplicas"),
+        ("a bulk cap that is no number", {"autoscaling": {"bulk": {"enabled": True, "maxReplicas": "two"}}},
+         "autoscaling.bulk.maxReplicas"),
+        ("bulk enabled as a string", {"autoscaling": {"bulk": {"enabled": "yes"}}}, "autoscaling.bulk.enabled"),
+        ("a misspelled bulk setting", {"autoscaling": {"bulk": {"enabled": True, "lagTreshold": 10}}},
+         "Additional property lagTreshold is not allowed"),
+        ("a Prometheus address without a scheme",
+         {"autoscaling": {"mode": "keda", "bulk": {"enabled": True, "maxReplicas": 2,
+                                                   "prometheusServerAddress": "prometheus:9090"}}},
+         "autoscaling.bulk.prometheusServerAddress"),
+        ("a bulk metric name the adapter cannot serve", {"autoscaling": {"bulk": {"externalMetricName": "kafka lag"}}},
+         "autoscaling.bulk.externalMetricName"),
+        ("a bulk retention below -1", {"topics": {"bulkRetentionMs": -2}}, "topics.bulkRetentionMs"),
     ]
     for label, values, message in cases:
         code, stderr = helm.template(values, expect_failure=True)
@@ -784,6 +1013,7 @@ def main():
         ("secrets", [], secret_scenario()),
         ("secrets-keda", [], {**secret_scenario(), "autoscaling": {"mode": "keda"}}),
         ("release", [], release_scenario()),
+        *((label, [], extra) for label, extra in bulk_scenarios().items()),
         ("existing", [], {
             "kafka": {"existingSecret": "kafka-client", "sasl": {"enabled": True}},
             "redis": {"existingSecret": "redis-url", "existingSecretKey": "url"},
@@ -823,6 +1053,15 @@ def main():
         check_topics_and_names(scenarios["default"][1], scenarios["release"][1])
         check_redis_acl(scenarios["default"][1], scenarios["release"][1])
     check_strimzi(helm)
+    if "bulk-hpa" in scenarios:
+        check_bulk_hpa(scenarios["bulk-hpa"][1], values)
+    check_bulk_hpa_uncapped(helm)
+    if "bulk-keda" in scenarios:
+        check_bulk_keda(scenarios["bulk-keda"][1], values)
+    if "bulk-keda-capped" in scenarios:
+        check_bulk_keda_capped(scenarios["bulk-keda-capped"][1])
+    if "bulk-hpa" in scenarios and "bulk-keda-capped" in scenarios:
+        check_bulk_queries(scenarios["bulk-hpa"][1], scenarios["bulk-keda-capped"][1])
     tls = redis_tls_scenarios()
     if all(label in scenarios for label in tls):
         check_redis_tls({label: (scenarios[label][1], expected) for label, (_, expected) in tls.items()}, values)

@@ -153,7 +153,7 @@ def main():
             names = set().union(*(metric_names(t["expr"]) for t in titles[title]["targets"]))
             assert metric in names, f"panel {title!r} does not query {metric}"
         p99 = [t["expr"] for t in titles["end-to-end latency p99"]["targets"]]
-        assert any("histogram_quantile(0.99, sum by (le, model) (rate(fleet_e2e_seconds_bucket" in e for e in p99), p99
+        assert any("histogram_quantile(0.99, sum by (le, model, lane) (rate(fleet_e2e_seconds_bucket" in e for e in p99), p99
         return f"{len(EXPECTED_PANELS)} panels present"
 
     def promql_valid():

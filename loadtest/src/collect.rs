@@ -32,6 +32,9 @@ impl Seen {
         let outcome = match answer.status {
             Status::Ok => Outcome::Ok,
             Status::Expired => Outcome::Expired,
+            // A load run sends no job a cancel names; one that did sees it
+            // as a request not served, by its status word.
+            Status::Cancelled => Outcome::Error(Status::Cancelled.as_str().to_owned()),
             Status::Error => Outcome::Error(
                 answer.error.as_ref().map_or_else(|| "unknown".to_owned(), |e| e.code.as_str().to_owned()),
             ),

@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod collect;
 pub mod drill;
 pub mod fleet;
+pub mod lanes_bench;
 pub mod ledger;
 pub mod peer_bench;
 pub mod plan;

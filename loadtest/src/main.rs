@@ -13,6 +13,7 @@ use loadtest::admission_bench::{self, AdmissionBench};
 use loadtest::capacity;
 use loadtest::drill::{self, Drill, DrillConfig};
 use loadtest::fleet::Binaries;
+use loadtest::lanes_bench;
 use loadtest::plan::{self, Capacity};
 use loadtest::profile::Profile;
 use loadtest::report;
@@ -44,6 +45,38 @@ enum Command {
     /// The fleet against a plain Python consumer (the usual design) on the
     /// same texts, broker and Redis, one after the other.
     Peer(PeerArgs),
+    /// Interactive latency alone, behind a backfill on the same topic, and
+    /// with the backfill on the bulk lane; then the backfill cancelled
+    /// mid-run. One worker, each step on a fleet started here.
+    Lanes(LanesArgs),
+}
+
+#[derive(Args)]
+struct LanesArgs {
+    /// Each step's interactive window.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Texts of the backfill, sent at once just before the window.
+    #[arg(long, default_value_t = 50_000)]
+    backfill: usize,
+    /// The interactive rate as a share of the worker's measured capacity.
+    #[arg(long, default_value_t = 0.3)]
+    interactive_fraction: f64,
+    /// When, into the last step's window, the backfill's job is cancelled.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    cancel_at: Duration,
+    /// Texts sent at once to measure the worker's capacity.
+    #[arg(long, default_value_t = 2000)]
+    capacity_texts: usize,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, default_value_t = 32)]
+    seed: u64,
+    /// An extra fleet-worker argument (repeatable), e.g. --worker-arg=--bulk-share=0.2.
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
+    worker_args: Vec<String>,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
 }
 
 #[derive(Args)]
@@ -394,6 +427,40 @@ async fn execute(command: Command) -> Result<()> {
             println!("{}", loadtest::peer_bench::result_line(&fleet, &peer));
             Ok(())
         }
+        Command::Lanes(args) => {
+            if args.interactive_fraction <= 0.0 || args.interactive_fraction >= 1.0 {
+                bail!("--interactive-fraction must be in (0, 1)");
+            }
+            if args.cancel_at >= args.duration {
+                bail!("--cancel-at must fall inside --duration");
+            }
+            if args.backfill == 0 || args.capacity_texts == 0 {
+                bail!("--backfill and --capacity-texts must be at least 1");
+            }
+            let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().as_deref().and_then(lanes_bench::cpu_model);
+            let cores = std::thread::available_parallelism().map_or(0, usize::from);
+            println!("machine: {}, {cores} cores", cpu.as_deref().unwrap_or("unknown CPU"));
+            println!("command: {}", std::env::args().collect::<Vec<_>>().join(" "));
+            let bench = lanes_bench::LanesBench {
+                binaries: Binaries::from_env()?,
+                corpus: read_corpus(&args.corpus)?,
+                duration: args.duration,
+                backfill: args.backfill,
+                interactive_fraction: args.interactive_fraction,
+                cancel_at: args.cancel_at,
+                capacity_texts: args.capacity_texts,
+                partitions: args.partitions,
+                seed: args.seed,
+                worker_args: args.worker_args,
+            };
+            let report = lanes_bench::run(&bench).await?;
+            println!("{}", lanes_bench::lanes_line(&report));
+            println!("{}", lanes_bench::cancel_line(&report.cancel));
+            if !report.problems.is_empty() {
+                bail!("{}", report.problems.join("; "));
+            }
+            Ok(())
+        }
         Command::Admission(args) => {
             let bench = AdmissionBench {
                 binaries: Binaries::from_env()?,
@@ -565,6 +632,19 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_lanes_bench_defaults_to_the_issue_s_benchmark() {
+        let Command::Lanes(args) = Cli::try_parse_from(["loadtest", "lanes", "--worker-arg=--bulk-share=0.2"])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .command
+        else {
+            panic!("not lanes");
+        };
+        assert_eq!((args.duration, args.cancel_at), (Duration::from_secs(60), Duration::from_secs(30)));
+        assert_eq!((args.backfill, args.interactive_fraction), (50_000, 0.3));
+        assert_eq!(args.worker_args, ["--bulk-share=0.2"]);
     }
 
     #[test]

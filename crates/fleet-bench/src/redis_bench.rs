@@ -27,7 +27,7 @@ fn answers(n: usize, batch: usize, embedding: &[f32]) -> Vec<Vec<Finished>> {
     let output = serde_json::json!({ "embedding": embedding, "tokens": 12, "truncated": false });
     let all: Vec<Finished> = (0..n)
         .map(|i| Finished {
-            position: Position { partition: 0, offset: i as i64, generation: 0 },
+            position: Position { lane: fleet_proto::Lane::Interactive, partition: 0, offset: i as i64, generation: 0 },
             id: RequestId::parse(&format!("bench-{i}")).expect("valid id"),
             answer: Answer::ok("minilm", 1, output.clone(), Timings::default()),
             feature: None,

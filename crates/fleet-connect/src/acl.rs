@@ -11,7 +11,7 @@ const RULES: &str = include_str!("../../../deploy/redis/acl.conf");
 pub enum Role {
     /// Writes answers, the feature cache and backlog reports.
     Worker,
-    /// Reads answers and backlog reports, pops its ready lists.
+    /// Reads answers and backlog reports, pops its ready lists, cancels jobs.
     Client,
 }
 
@@ -53,8 +53,23 @@ mod tests {
         let client = rules(Role::Client, &ns);
         assert!(client.contains(&"%R~blue:result:*".to_owned()), "{client:?}");
         for write in ["+eval", "+set", "+hset", "+rpush", "+del", "+@all"] {
-            assert!(!client.contains(&write.to_owned()), "the client may {write}");
+            assert!(!client.contains(&write.to_owned()), "the client may {write} on every key it may write");
         }
         assert!(rules(Role::Worker, &Namespace::default()).iter().all(|r| !r.contains("PREFIX")));
+    }
+
+    #[test]
+    fn the_client_may_set_cancel_keys_and_nothing_else() {
+        let client = rules(Role::Client, &Namespace::new("infer.", "fleet.", "blue:").unwrap());
+        // A selector: its key and command rights hold only together, and its
+        // words are joined again by Redis (split here like every rule).
+        let selector = client.iter().position(|r| r.starts_with('(')).expect("the client has a selector");
+        assert_eq!(client[selector..], ["(%W~blue:cancel:*", "+set)"], "{client:?}");
+        // SET appears nowhere else: not on the ready lists the client may write.
+        assert_eq!(client.iter().filter(|r| r.contains("+set")).count(), 1, "{client:?}");
+        let commands: Vec<&str> = client.iter().map(|r| r.trim_matches(|c: char| c == '(' || c == ')')).collect();
+        for other in ["+get", "+del", "+eval", "+hset", "+rpush", "+expire", "+@all"] {
+            assert!(!commands.contains(&other), "the client may {other}: {client:?}");
+        }
     }
 }

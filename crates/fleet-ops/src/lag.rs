@@ -6,6 +6,15 @@
 //! at the low watermark and everything still retained is waiting. Reading
 //! such a partition as zero would let an autoscaler sit at its minimum while
 //! a fresh topic fills up.
+//!
+//! Each model has two lanes, each its own topic read by the one group
+//! `fleet.<model>`: interactive requests on `infer.<model>`, bulk on
+//! `infer.<model>.bulk` ([`Lane`]). Their lags are measured and exported
+//! apart (the `topic` label, as kafka_exporter has it, plus `lane`): a
+//! backfill waiting on the bulk topic is not interactive lag, and an
+//! autoscaler must be able to tell the two apart.
+
+pub use fleet_proto::Lane;
 
 /// The offsets of one partition that lag is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +44,8 @@ impl PartitionOffsets {
 pub struct TopicLag {
     pub group: String,
     pub topic: String,
+    /// The lane whose topic this is (the `lane` label).
+    pub lane: Lane,
     pub partitions: Vec<PartitionOffsets>,
 }
 
@@ -81,6 +92,7 @@ mod tests {
         let lag = TopicLag {
             group: "fleet.m".into(),
             topic: "infer.m".into(),
+            lane: Lane::Interactive,
             partitions: vec![offsets(0, 10, Some(5)), PartitionOffsets { partition: 1, ..offsets(0, 7, None) }],
         };
         assert_eq!((lag.total(), lag.uncommitted()), (12, 1));

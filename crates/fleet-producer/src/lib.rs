@@ -3,11 +3,13 @@
 //! [`FleetProducer`] writes one Kafka message per (request, model) in the
 //! CloudEvents binary layout of `fleet-proto`, keeping many sends in flight;
 //! [`ResultClient`] reads the answers back from Redis, either by polling or by
-//! blocking on the request's ready list. [`topics`] holds the one place where
-//! topic settings are decided. This crate must never depend on libtorch:
+//! blocking on the request's ready list, and cancels jobs. [`topics`] holds
+//! the one place where topic settings are decided; [`bulk_file`] turns a
+//! file's lines into bulk requests. This crate must never depend on libtorch:
 //! producers embed it.
 
 pub mod admission;
+pub mod bulk_file;
 pub mod kafka_config;
 pub mod producer;
 pub mod request;

@@ -160,13 +160,14 @@ impl FleetProducer {
             content_type: request.content_type,
             deadline_ms: request.deadline_ms,
             parts: request.parts,
+            job: request.job.clone(),
         };
         let header_values = envelope.to_headers();
         let headers =
             header_values.iter().fold(OwnedHeaders::new_with_capacity(header_values.len()), |hs, (key, value)| {
                 hs.insert(Header { key, value: Some(value.as_bytes()) })
             });
-        let topic = self.namespace.topic(model);
+        let topic = self.namespace.lane_topic(model, request.lane);
         let mut record =
             FutureRecord::to(&topic).key(request.id.as_str()).payload(request.payload.as_slice()).headers(headers);
         // At most one replacement per send: a fresh producer that fails

@@ -1,7 +1,7 @@
 //! A request as a producer builds it, before it becomes a Kafka message.
 
 use fleet_image::{Format, ImageError, ImageLimits};
-use fleet_proto::{ContentType, RequestId, RerankRequest};
+use fleet_proto::{ContentType, JobId, Lane, RequestId, RerankRequest};
 
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -13,22 +13,31 @@ pub struct Request {
     pub deadline_ms: Option<u64>,
     /// How many models this request is fanned out to (ce_parts).
     pub parts: u32,
+    /// Which of the model's topics it goes to: interactive (`infer.<model>`,
+    /// the default) or bulk (`infer.<model>.bulk`).
+    pub lane: Lane,
+    /// The job it belongs to (`ce_fleetjob`): cancelling the job cancels it.
+    pub job: Option<JobId>,
 }
 
 impl Request {
     pub fn text(id: RequestId, text: impl Into<String>) -> Self {
-        Self { id, content_type: ContentType::Text, payload: text.into().into_bytes(), deadline_ms: None, parts: 1 }
+        Self::new(id, ContentType::Text, text.into().into_bytes())
+    }
+
+    fn new(id: RequestId, content_type: ContentType, payload: Vec<u8>) -> Self {
+        Self { id, content_type, payload, deadline_ms: None, parts: 1, lane: Lane::Interactive, job: None }
     }
 
     /// A query and the documents a rerank model scores against it.
     pub fn rerank(id: RequestId, query: impl Into<String>, documents: Vec<String>) -> Self {
         let payload = RerankRequest { query: query.into(), documents }.to_json();
-        Self { id, content_type: ContentType::Json, payload, deadline_ms: None, parts: 1 }
+        Self::new(id, ContentType::Json, payload)
     }
 
     /// An encoded image (JPEG, PNG or WebP bytes), sent as it is.
     pub fn image(id: RequestId, content_type: ContentType, bytes: Vec<u8>) -> Self {
-        Self { id, content_type, payload: bytes, deadline_ms: None, parts: 1 }
+        Self::new(id, content_type, bytes)
     }
 
     /// An image shrunk on the producer's side first (the gateway cap): when
@@ -53,6 +62,18 @@ impl Request {
 
     pub fn with_deadline_ms(mut self, deadline_ms: u64) -> Self {
         self.deadline_ms = Some(deadline_ms);
+        self
+    }
+
+    /// Sends it on `lane` instead of the interactive one.
+    pub fn in_lane(mut self, lane: Lane) -> Self {
+        self.lane = lane;
+        self
+    }
+
+    /// Makes it part of `job`, which one cancel stops.
+    pub fn with_job(mut self, job: JobId) -> Self {
+        self.job = Some(job);
         self
     }
 }

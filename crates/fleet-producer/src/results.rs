@@ -6,9 +6,11 @@
 //! until it has seen as many pushes as parts (or times out), then
 //! `HGETALL fleet:result:{<id>}` for the answers, one field per model.
 //! One Redis server or a Redis Cluster alike (`fleet_connect::redis`).
+//! `cancel` marks a job cancelled, with the client's own Redis rights.
 
 use fleet_connect::redis::{Connection, RedisTarget};
-use fleet_proto::{Answer, ModelName, Namespace, RequestId};
+use fleet_proto::clock::now_ms;
+use fleet_proto::{Answer, JobId, ModelName, Namespace, RequestId};
 use futures::future::join_all;
 use redis::AsyncCommands;
 use std::collections::BTreeMap;
@@ -51,6 +53,10 @@ pub struct ResultClient {
     blocking: std::sync::Mutex<Vec<Connection>>,
 }
 
+/// How long a cancel lasts unless told otherwise: a week, Kafka's default
+/// retention, so a cancelled job's messages are not computed when read late.
+pub const DEFAULT_CANCEL_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// At most this many idle BLPOP connections are kept.
 const IDLE_BLOCKING_CONNECTIONS: usize = 16;
 
@@ -67,6 +73,20 @@ impl ResultClient {
     pub async fn connect_to(target: &RedisTarget, namespace: Namespace) -> Result<Self, ResultError> {
         let conn = target.connection(Duration::from_secs(2), Some(Duration::from_secs(5))).await?;
         Ok(Self { target: target.clone(), namespace, conn, blocking: std::sync::Mutex::new(Vec::new()) })
+    }
+
+    /// Cancels `job` (a `ce_fleetjob`; a request sent with its own id as
+    /// its job can be cancelled alone): workers answer
+    /// its requests `cancelled` instead of computing them from then on, for
+    /// `keep` (long enough to outlive the job's messages in Kafka: the
+    /// bulk topic's retention). `SET <prefix>cancel:{<job>} <now ms> EX`:
+    /// cancelling twice, or a job no worker has seen, is harmless.
+    pub async fn cancel(&self, job: &JobId, keep: Duration) -> Result<(), ResultError> {
+        let seconds = keep.as_secs().max(1);
+        // SET … EX, not SETEX: the client's ACL allows SET on cancel keys only.
+        let set = redis::cmd("SET").arg(self.namespace.cancel_key(job)).arg(now_ms()).arg("EX").arg(seconds).clone();
+        let _: () = set.query_async(&mut self.conn.clone()).await?;
+        Ok(())
     }
 
     /// The answers present now (possibly none, possibly partial).

@@ -3,6 +3,12 @@
 //! partitions, replication factor, `min.insync.replicas`, retention and the
 //! largest message, from flags or the environment (the chart sets both).
 //!
+//! A model has three topics: `infer.<model>` (the interactive lane),
+//! `infer.<model>.bulk` (the bulk lane: the same partitions and settings, so
+//! any worker of the group can read both, with a retention of its own: a
+//! backfill may wait there for hours behind interactive work) and
+//! `infer.<model>.dlq`.
+//!
 //! Existing topics are brought up to the partition count asked for, never
 //! down (Kafka cannot remove partitions; fewer asked is reported and left).
 //! Other settings of an existing topic are compared and each difference is
@@ -10,7 +16,7 @@
 //! configuration, which would drop what an operator set by hand.
 
 use crate::KafkaConfig;
-use fleet_proto::{ModelName, Namespace};
+use fleet_proto::{Lane, ModelName, Namespace};
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -31,19 +37,24 @@ pub const DLQ_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 /// requests with one broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct TopicSettings {
-    /// Partitions of infer.<model>: the most workers that can share it.
+    /// Partitions of infer.<model> and infer.<model>.bulk: the most workers that can share them.
     #[arg(long, env = "FLEET_TOPIC_PARTITIONS", default_value_t = DEFAULT_PARTITIONS)]
     pub partitions: i32,
     /// Replicas of each partition; default: the broker's default.replication.factor.
     #[arg(long, env = "FLEET_TOPIC_REPLICATION_FACTOR")]
     pub replication_factor: Option<i32>,
-    /// min.insync.replicas of both topics; default: the broker's.
+    /// min.insync.replicas of every topic of the model; default: the broker's.
     #[arg(long, env = "FLEET_TOPIC_MIN_INSYNC_REPLICAS")]
     pub min_insync_replicas: Option<u32>,
     /// retention.ms of infer.<model>; default: the broker's. Requests older
     /// than their deadline are dropped anyway; keep enough for a long outage.
     #[arg(long, env = "FLEET_TOPIC_RETENTION_MS")]
     pub retention_ms: Option<u64>,
+    /// retention.ms of infer.<model>.bulk; default: the broker's. Bulk work
+    /// waits behind interactive work: keep enough for the longest backfill
+    /// to be read (a message deleted unread is never answered).
+    #[arg(long, env = "FLEET_BULK_RETENTION_MS")]
+    pub bulk_retention_ms: Option<u64>,
     /// retention.ms of infer.<model>.dlq.
     #[arg(long, env = "FLEET_DLQ_RETENTION_MS", default_value_t = DLQ_RETENTION_MS)]
     pub dlq_retention_ms: u64,
@@ -59,6 +70,7 @@ impl Default for TopicSettings {
             replication_factor: None,
             min_insync_replicas: None,
             retention_ms: None,
+            bulk_retention_ms: None,
             dlq_retention_ms: DLQ_RETENTION_MS,
             max_value_bytes: fleet_proto::limits::MAX_VALUE_BYTES,
         }
@@ -73,9 +85,19 @@ impl TopicSettings {
 
     /// The topic configs the fleet sets on `infer.<model>`.
     pub fn request_configs(&self) -> Vec<(&'static str, String)> {
+        self.lane_configs(self.retention_ms)
+    }
+
+    /// The topic configs the fleet sets on `infer.<model>.bulk`: those of the
+    /// request topic (the same messages travel there), its own retention.
+    pub fn bulk_configs(&self) -> Vec<(&'static str, String)> {
+        self.lane_configs(self.bulk_retention_ms)
+    }
+
+    fn lane_configs(&self, retention_ms: Option<u64>) -> Vec<(&'static str, String)> {
         let mut configs = vec![("max.message.bytes", self.max_message_bytes().to_string())];
         configs.extend(self.min_insync_replicas.map(|n| ("min.insync.replicas", n.to_string())));
-        configs.extend(self.retention_ms.map(|ms| ("retention.ms", ms.to_string())));
+        configs.extend(retention_ms.map(|ms| ("retention.ms", ms.to_string())));
         configs
     }
 
@@ -183,9 +205,36 @@ pub enum TopicError {
     CannotGrow { topic: String, from: i32, to: i32, error: KafkaError },
 }
 
-/// Creates `infer.<model>` and `infer.<model>.dlq` if they do not exist,
-/// grows the request topic to `settings.partitions`, and reports what it
-/// did and what differs (one line each, in order).
+/// One topic of a model as `ensure_topics` makes and keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlannedTopic {
+    name: String,
+    partitions: i32,
+    /// The lanes' topics follow `--partitions` (each partition is a worker's
+    /// share of both lanes); the DLQ keeps the one partition it was made with.
+    grows: bool,
+    configs: Vec<(&'static str, String)>,
+}
+
+/// The topics of `model`, in the order they are created and reported: the
+/// interactive lane, the bulk lane, the DLQ.
+fn planned_topics(names: &Namespace, model: &ModelName, settings: &TopicSettings) -> Vec<PlannedTopic> {
+    let lane_topic = |lane: Lane, configs| PlannedTopic {
+        name: names.lane_topic(model, lane),
+        partitions: settings.partitions,
+        grows: true,
+        configs,
+    };
+    vec![
+        lane_topic(Lane::Interactive, settings.request_configs()),
+        lane_topic(Lane::Bulk, settings.bulk_configs()),
+        PlannedTopic { name: names.dlq_topic(model), partitions: 1, grows: false, configs: settings.dlq_configs() },
+    ]
+}
+
+/// Creates `infer.<model>`, `infer.<model>.bulk` and `infer.<model>.dlq` if
+/// they do not exist, grows both lanes' topics to `settings.partitions`, and
+/// reports what it did and what differs (one line each, in order).
 pub async fn ensure_topics(
     kafka: &KafkaConfig,
     names: &Namespace,
@@ -194,18 +243,16 @@ pub async fn ensure_topics(
 ) -> Result<Vec<TopicChange>, TopicError> {
     let admin: AdminClient<DefaultClientContext> = kafka.client_config().create()?;
     let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
-    let (topic, dlq) = (names.topic(model), names.dlq_topic(model));
-    let (request_configs, dlq_configs) = (settings.request_configs(), settings.dlq_configs());
-    let wanted = [
-        new_topic(&topic, settings.partitions, &settings, &request_configs),
-        new_topic(&dlq, 1, &settings, &dlq_configs),
-    ];
+    let planned = planned_topics(names, model, &settings);
+    let plan_of = |name: &str| planned.iter().find(|t| t.name == name);
+    let wanted: Vec<NewTopic<'_>> =
+        planned.iter().map(|t| new_topic(&t.name, t.partitions, &settings, &t.configs)).collect();
     let mut changes = Vec::new();
     let mut existing = Vec::new();
     for outcome in admin.create_topics(&wanted, &options).await? {
         match outcome {
             Ok(name) => {
-                let partitions = if name == topic { settings.partitions } else { 1 };
+                let partitions = plan_of(name.as_str()).map_or(settings.partitions, |t| t.partitions);
                 changes.push(TopicChange::Created { topic: name, partitions });
             }
             Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => existing.push(name),
@@ -216,10 +263,12 @@ pub async fn ensure_topics(
         }
     }
     for name in existing {
+        // The broker answers for the topics asked, and only for those.
+        let Some(plan) = plan_of(name.as_str()) else { continue };
         let before = changes.len();
-        if name == topic {
+        if plan.grows {
             let have = partition_count(kafka, &name).await?;
-            if let Some(change) = plan_partitions(&name, have, settings.partitions) {
+            if let Some(change) = plan_partitions(&name, have, plan.partitions) {
                 if let TopicChange::Grown { from, to, .. } = change {
                     grow(&admin, &name, to as usize, &options).await.map_err(|error| TopicError::CannotGrow {
                         topic: name.clone(),
@@ -231,9 +280,8 @@ pub async fn ensure_topics(
                 changes.push(change);
             }
         }
-        let asked = if name == topic { &request_configs } else { &dlq_configs };
         match topic_configs(&admin, &name, &options).await {
-            Ok(have) => changes.extend(config_differences(&name, asked, &have)),
+            Ok(have) => changes.extend(config_differences(&name, &plan.configs, &have)),
             // Reading configs needs DescribeConfigs rights a producer's
             // credentials may lack: say so, do not fail the job.
             Err(e) => tracing::warn!(topic = %name, error = %e, "could not read the topic's settings to compare"),
@@ -325,6 +373,42 @@ mod tests {
             ]
         );
         assert!(asked.dlq_configs().contains(&("retention.ms", DLQ_RETENTION_MS.to_string())));
+    }
+
+    #[test]
+    fn the_bulk_lane_has_the_request_settings_and_a_retention_of_its_own() {
+        let settings =
+            TopicSettings { min_insync_replicas: Some(2), retention_ms: Some(3_600_000), ..TopicSettings::default() };
+        let without_retention = |configs: Vec<(&'static str, String)>| -> Vec<_> {
+            configs.into_iter().filter(|(name, _)| *name != "retention.ms").collect()
+        };
+        // Not asked: the broker's retention, not the interactive topic's.
+        assert_eq!(settings.bulk_configs(), without_retention(settings.request_configs()));
+        let asked = TopicSettings { bulk_retention_ms: Some(604_800_000), ..settings };
+        assert!(asked.bulk_configs().contains(&("retention.ms", "604800000".into())));
+        assert!(asked.request_configs().contains(&("retention.ms", "3600000".into())));
+        assert_eq!(without_retention(asked.bulk_configs()), without_retention(asked.request_configs()));
+    }
+
+    #[test]
+    fn a_model_has_both_lanes_and_a_dlq_and_only_the_lanes_grow() {
+        let names = Namespace::new("blue.infer.", "fleet.", "fleet:").unwrap();
+        let model = ModelName::parse("minilm").unwrap();
+        let settings =
+            TopicSettings { partitions: 12, bulk_retention_ms: Some(86_400_000), ..TopicSettings::default() };
+        let planned = planned_topics(&names, &model, &settings);
+        let summary: Vec<_> = planned.iter().map(|t| (t.name.as_str(), t.partitions, t.grows)).collect();
+        assert_eq!(
+            summary,
+            [
+                ("blue.infer.minilm", 12, true),
+                ("blue.infer.minilm.bulk", 12, true),
+                ("blue.infer.minilm.dlq", 1, false)
+            ]
+        );
+        assert_eq!(planned[0].configs, settings.request_configs());
+        assert_eq!(planned[1].configs, settings.bulk_configs());
+        assert_eq!(planned[2].configs, settings.dlq_configs());
     }
 
     #[test]

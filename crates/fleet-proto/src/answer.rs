@@ -11,14 +11,19 @@ pub enum Status {
     Error,
     /// The deadline passed before the request could be computed; it never was.
     Expired,
+    /// Its job (`ce_fleetjob`) was cancelled before it was computed; it never was.
+    Cancelled,
 }
 
 impl Status {
+    pub const ALL: [Self; 4] = [Self::Ok, Self::Error, Self::Expired, Self::Cancelled];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::Error => "error",
             Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -127,6 +132,10 @@ impl Answer {
         Self { status: Status::Expired, model: model.to_owned(), version, output: None, error: None, timings_ms }
     }
 
+    pub fn cancelled(model: &str, version: u64, timings_ms: Timings) -> Self {
+        Self { status: Status::Cancelled, model: model.to_owned(), version, output: None, error: None, timings_ms }
+    }
+
     pub fn to_json(&self) -> String {
         // An Answer holds only strings, numbers and JSON values: serialising
         // it cannot fail, so a failure here would be a bug in serde_json.
@@ -196,7 +205,7 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
         }
-        for status in [Status::Ok, Status::Error, Status::Expired] {
+        for status in Status::ALL {
             assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
         }
     }

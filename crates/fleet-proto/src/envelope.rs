@@ -20,6 +20,8 @@ pub struct Envelope {
     pub deadline_ms: Option<u64>,
     /// `ce_parts`: how many model answers make the request complete.
     pub parts: u32,
+    /// `ce_fleetjob`: the job it belongs to, which a cancel names.
+    pub job: Option<crate::JobId>,
 }
 
 /// Why a message could not become a request.
@@ -125,7 +127,13 @@ impl Envelope {
                 }
             },
         };
-        Ok(Self { id: id.clone(), source: source.to_owned(), created_ms, content_type, deadline_ms, parts })
+        let job = match find(h::JOB) {
+            None => None,
+            Some(_) => Some(crate::JobId::parse(text(h::JOB)?).map_err(|e| {
+                Rejection::new(Some(id), ErrorCode::BadRequest, format!("{} is not a valid job id: {e}", h::JOB))
+            })?),
+        };
+        Ok(Self { id: id.clone(), source: source.to_owned(), created_ms, content_type, deadline_ms, parts, job })
     }
 
     /// The headers a producer puts on the message, in the documented order.
@@ -141,6 +149,9 @@ impl Envelope {
         ];
         if let Some(deadline) = self.deadline_ms {
             out.push((h::DEADLINE, deadline.to_string()));
+        }
+        if let Some(job) = &self.job {
+            out.push((h::JOB, job.to_string()));
         }
         out
     }
@@ -198,6 +209,7 @@ mod tests {
             content_type: ContentType::Text,
             deadline_ms: Some(1_764_000_030_000),
             parts: 2,
+            job: Some(RequestId::parse("backfill-2026-12").unwrap()),
         }
     }
 
@@ -226,6 +238,15 @@ mod tests {
     }
 
     #[test]
+    fn a_job_is_optional() {
+        let mut env = sample();
+        env.job = None;
+        let hs = headers_of(&env);
+        assert!(hs.iter().all(|(name, _)| *name != h::JOB));
+        assert_eq!(parse(Some(b"req-7"), &hs), Ok(env));
+    }
+
+    #[test]
     fn deadline_defaults_to_creation_plus_ttl() {
         let mut env = sample();
         assert_eq!(env.effective_deadline_ms(5_000), 1_764_000_030_000);
@@ -242,7 +263,10 @@ mod tests {
             assert_eq!((r.id.as_ref().map(RequestId::as_str), r.code), (Some("req-7"), expected), "{name}");
             assert!(r.message.contains(name), "{}", r.message);
         }
-        let bad_values: [(&'static str, &[u8]); 7] = [
+        let bad_values: [(&'static str, &[u8]); 10] = [
+            (h::JOB, b""),
+            (h::JOB, b"a job"),
+            (h::JOB, b"job/1"),
             (h::SPEC_VERSION, b"0.3"),
             (h::TYPE, b"other.type"),
             (h::TIME, b"yesterday"),

@@ -9,6 +9,10 @@ pub const TIME: &str = "ce_time";
 pub const CONTENT_TYPE: &str = "content-type";
 /// Absolute deadline, Unix epoch milliseconds. Optional.
 pub const DEADLINE: &str = "ce_deadline";
+/// The job the request belongs to (a CloudEvents extension attribute):
+/// `fleet-produce cancel --job <id>` cancels every request of it. Optional;
+/// same alphabet as a request id.
+pub const JOB: &str = "ce_fleetjob";
 /// How many models the request was fanned out to. Optional, default 1.
 pub const PARTS: &str = "ce_parts";
 

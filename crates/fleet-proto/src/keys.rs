@@ -111,6 +111,12 @@ impl Namespace {
         format!("{}{model}", self.topic_prefix)
     }
 
+    /// `infer.<model>` or `infer.<model>.bulk`: where requests of `lane`
+    /// are produced.
+    pub fn lane_topic(&self, model: &ModelName, lane: crate::Lane) -> String {
+        format!("{}{model}{}", self.topic_prefix, lane.topic_suffix())
+    }
+
     /// `infer.<model>.dlq`: messages that could not become a request.
     pub fn dlq_topic(&self, model: &ModelName) -> String {
         format!("{}{model}.dlq", self.topic_prefix)
@@ -130,6 +136,12 @@ impl Namespace {
     /// waiters. Same hash tag as the result: same Redis Cluster slot.
     pub fn ready_key(&self, id: &RequestId) -> String {
         format!("{}ready:{{{id}}}", self.redis_prefix)
+    }
+
+    /// `fleet:cancel:{<job>}`: present (value: when it was cancelled, Unix
+    /// ms) while the job is cancelled; set by clients, read by workers.
+    pub fn cancel_key(&self, job: &crate::JobId) -> String {
+        format!("{}cancel:{{{job}}}", self.redis_prefix)
     }
 
     /// `fleet:backlog:<model>`: hash of the model's workers' backlog reports
@@ -187,8 +199,11 @@ mod tests {
         let ns = Namespace::default();
         assert_eq!(ns.topic(&m), "infer.minilm");
         assert_eq!(ns.dlq_topic(&m), "infer.minilm.dlq");
+        assert_eq!(ns.lane_topic(&m, crate::Lane::Interactive), "infer.minilm");
+        assert_eq!(ns.lane_topic(&m, crate::Lane::Bulk), "infer.minilm.bulk");
         assert_eq!(ns.consumer_group(&m), "fleet.minilm");
         assert_eq!(ns.result_key(&id), "fleet:result:{r-1}");
+        assert_eq!(ns.cancel_key(&id), "fleet:cancel:{r-1}");
         assert_eq!(ns.ready_key(&id), "fleet:ready:{r-1}");
         assert_eq!(ns.backlog_key(&m), "fleet:backlog:minilm");
         assert_eq!(ns.feature_key(&m, 2, "bf16", "abc"), "fleet:feat:minilm:2:bf16:abc");

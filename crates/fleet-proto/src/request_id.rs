@@ -6,6 +6,11 @@ use std::fmt;
 
 pub const MAX_LEN: usize = 128;
 
+/// A job id (`ce_fleetjob`): what a bulk run's requests share so that one
+/// cancel stops them all. Same alphabet as a request id, so a single request
+/// can be cancelled by its own id.
+pub type JobId = RequestId;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(String);
 

@@ -6,7 +6,7 @@
 use crate::stages::engine::input::ModelInput;
 use crate::stages::source::message::{Inbound, Position, RawHeader};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{headers, Answer, ErrorCode, RequestId, Timings};
+use fleet_proto::{headers, Answer, ErrorCode, JobId, RequestId, Timings};
 
 /// A prepared request (tokenized or decoded) waiting for a batch.
 #[derive(Debug)]
@@ -20,11 +20,19 @@ pub struct Job {
     pub deadline_ms: u64,
     /// When the worker read it: how long it has been held since.
     pub read_ms: u64,
+    /// The job it belongs to (`ce_fleetjob`), which a cancel names.
+    pub job_id: Option<JobId>,
 }
 
 impl Job {
     pub fn new(position: Position, id: RequestId, input: ModelInput, created_ms: u64, deadline_ms: u64) -> Self {
-        Self { position, id, input_hash: input.hash(), input, created_ms, deadline_ms, read_ms: now_ms() }
+        Self { position, id, input_hash: input.hash(), input, created_ms, deadline_ms, read_ms: now_ms(), job_id: None }
+    }
+
+    /// Makes it part of `job` (`None`: of none).
+    pub fn in_job(mut self, job_id: Option<JobId>) -> Self {
+        self.job_id = job_id;
+        self
     }
 }
 
@@ -128,6 +136,12 @@ pub fn timings(created_ms: Option<u64>, infer: Option<(u64, f64)>, now_ms: u64) 
     }
 }
 
+/// The answer of a request whose job was cancelled before it was computed.
+pub fn cancelled_answer(job: Job, model: &str, version: u64, now_ms: u64) -> Finished {
+    let answer = Answer::cancelled(model, version, timings(Some(job.created_ms), None, now_ms));
+    Finished { position: job.position, id: job.id, answer, feature: None }
+}
+
 /// An `error` answer given without compute.
 pub fn error_answer(
     model: &str,
@@ -145,7 +159,7 @@ pub fn error_answer(
 pub(crate) fn finished_for_test() -> Finished {
     let answer = error_answer("minilm", 1, ErrorCode::BadRequest, "x".to_owned(), None, 0);
     Finished {
-        position: Position { partition: 2, offset: 40, generation: 1 },
+        position: Position { lane: fleet_proto::Lane::Interactive, partition: 2, offset: 40, generation: 1 },
         id: RequestId::parse("r-1").unwrap(),
         answer,
         feature: None,

@@ -1,4 +1,5 @@
-//! The fleet worker: consumes `infer.<model>`, answers into Redis.
+//! The fleet worker: consumes `infer.<model>` (interactive) and
+//! `infer.<model>.bulk` (bulk), answers into Redis.
 //!
 //! # Layout
 //!

@@ -9,7 +9,7 @@
 //! label, set once here, not at each call site. A leaf: the label values
 //! of labelled series are given by their owners (`SeriesLabels`).
 
-use fleet_proto::{ErrorCode, Status};
+use fleet_proto::{ErrorCode, Lane, Status};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS_TOTAL: &str = "fleet_requests_total";
@@ -118,17 +118,17 @@ pub struct SeriesLabels {
 /// HELP texts and zero-valued series for everything a worker exports.
 pub fn register(labels: &SeriesLabels) {
     use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
-    describe_counter!(REQUESTS_TOTAL, "Answers written, by status (ok, error, expired)");
+    describe_counter!(REQUESTS_TOTAL, "Answers written, by status (ok, error, expired, cancelled) and lane");
     describe_counter!(ERRORS_TOTAL, "Error answers written, by error code");
-    describe_counter!(TTL_DROPPED_TOTAL, "Requests answered expired without being computed");
+    describe_counter!(TTL_DROPPED_TOTAL, "Requests answered expired without being computed, by lane");
     describe_counter!(DLQ_TOTAL, "Messages copied to the dead-letter topic, by reason");
-    describe_gauge!(QUEUE_DEPTH, "Messages read and not yet answered");
+    describe_gauge!(QUEUE_DEPTH, "Messages read and not yet answered, by lane");
     describe_histogram!(BATCH_SIZE, "Rows per model call");
     describe_histogram!(BATCH_TOKENS, "Rows x padded length per model call (images: rows)");
     describe_histogram!(PADDING_EFFICIENCY, "Real tokens / computed tokens per model call");
     describe_histogram!(QUEUE_WAIT_SECONDS, Unit::Seconds, "From the request's creation to its model call");
     describe_histogram!(INFERENCE_SECONDS, Unit::Seconds, "Model call time per batch");
-    describe_histogram!(E2E_SECONDS, Unit::Seconds, "From the request's creation to its answer in Redis");
+    describe_histogram!(E2E_SECONDS, Unit::Seconds, "From the request's creation to its answer in Redis, by lane");
     describe_counter!(MODEL_ROWS_TOTAL, "Rows handed to the model (retries included)");
     describe_counter!(CACHE_HITS_TOTAL, "Requests answered from the feature cache");
     describe_counter!(CACHE_MISSES_TOTAL, "Requests the feature cache did not have");
@@ -162,7 +162,7 @@ pub fn register(labels: &SeriesLabels) {
     );
     describe_counter!(DLQ_LOCAL_TOTAL, "Dead letters the DLQ topic refused, kept in the local record (/dead-letters)");
     describe_counter!(PANICS_TOTAL, "Panics contained to one message or batch, by stage");
-    describe_gauge!(ASSIGNED_PARTITIONS, "Partitions of the model's topic this worker owns now");
+    describe_gauge!(ASSIGNED_PARTITIONS, "Partitions of the model's topics this worker owns now, by lane");
     describe_counter!(REVOKED_DROPPED_TOTAL, "Requests dropped before compute: their partition was revoked");
     describe_gauge!(
         BATCH_ROW_CAP,
@@ -177,8 +177,14 @@ pub fn register(labels: &SeriesLabels) {
     describe_gauge!(MODEL_BROKEN, "1 while the model fails its known-good probe: the worker reads nothing");
     fleet_ops::probe::describe();
 
-    for status in [Status::Ok, Status::Error, Status::Expired] {
-        counter!(REQUESTS_TOTAL, "status" => status.as_str()).absolute(0);
+    for lane in Lane::ALL.map(Lane::as_str) {
+        for status in Status::ALL {
+            counter!(REQUESTS_TOTAL, "status" => status.as_str(), "lane" => lane).absolute(0);
+        }
+        counter!(TTL_DROPPED_TOTAL, "lane" => lane).absolute(0);
+        gauge!(QUEUE_DEPTH, "lane" => lane).set(0.0);
+        gauge!(ASSIGNED_PARTITIONS, "lane" => lane).set(0.0);
+        let _ = histogram!(E2E_SECONDS, "lane" => lane);
     }
     for code in ErrorCode::ALL {
         counter!(ERRORS_TOTAL, "code" => code.as_str()).absolute(0);
@@ -202,7 +208,6 @@ pub fn register(labels: &SeriesLabels) {
         gauge!(MODEL_PRECISION, "precision" => precision).set(0.0);
     }
     for name in [
-        TTL_DROPPED_TOTAL,
         MODEL_ROWS_TOTAL,
         CACHE_HITS_TOTAL,
         CACHE_MISSES_TOTAL,
@@ -215,29 +220,14 @@ pub fn register(labels: &SeriesLabels) {
     ] {
         counter!(name).absolute(0);
     }
-    for name in [
-        QUEUE_DEPTH,
-        CONSUMER_PAUSED,
-        WORKER_READY,
-        MODEL_VERSION,
-        DRAIN_RATE,
-        SINK_STALLED_SECONDS,
-        ASSIGNED_PARTITIONS,
-        MODEL_BROKEN,
-    ] {
+    for name in [CONSUMER_PAUSED, WORKER_READY, MODEL_VERSION, DRAIN_RATE, SINK_STALLED_SECONDS, MODEL_BROKEN] {
         gauge!(name).set(0.0);
     }
     gauge!(IMAGE_DECODE_BYTES_IN_USE).set(0.0);
     // A histogram handle registers the series; it renders with zero counts.
-    for name in [
-        BATCH_SIZE,
-        BATCH_TOKENS,
-        PADDING_EFFICIENCY,
-        QUEUE_WAIT_SECONDS,
-        INFERENCE_SECONDS,
-        E2E_SECONDS,
-        CACHE_SAVED_SECONDS,
-    ] {
+    for name in
+        [BATCH_SIZE, BATCH_TOKENS, PADDING_EFFICIENCY, QUEUE_WAIT_SECONDS, INFERENCE_SECONDS, CACHE_SAVED_SECONDS]
+    {
         let _ = histogram!(name);
     }
 }

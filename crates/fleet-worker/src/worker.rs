@@ -25,13 +25,16 @@ use crate::stages::admission::intake::DecodeSettings;
 use crate::stages::admission::policy::AdmissionPolicy;
 use crate::stages::admission::{AdmissionStage, Ended};
 use crate::stages::batch::bucket::Batch;
+use crate::stages::batch::downstream::BatchesAhead;
 use crate::stages::batch::BatchStage;
 use crate::stages::cache::{CacheStage, FeatureCache};
+use crate::stages::cancel::{CancelLookup, CancelWatch, CancelledJobs};
 use crate::stages::engine::torch::choose_device;
 use crate::stages::engine::{BatchFeedback, EngineCommand, EngineStage};
 use crate::stages::sink::failure::redis_error_class;
 use crate::stages::sink::results::ReplicaWait;
 use crate::stages::sink::{DeadLetters, LocalRecord, ResultSink, SinkStage};
+use crate::stages::source::lanes::LaneTopics;
 use crate::stages::source::ledger::Ledger;
 use crate::stages::source::Source;
 use crate::status::backlog::BacklogPublisher;
@@ -122,6 +125,9 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         let _ = batch_feedback_tx.send(BatchFeedback::RowCap { version: version.version, bucket, rows });
     }
     let (stop_reading, reading) = shutdown::channel();
+    let cancelled = Arc::new(CancelledJobs::default());
+    let cancel_lookup = Arc::new(std::sync::OnceLock::new());
+    let ahead = Arc::new(BatchesAhead::default());
     let (stop_reporting, reporting) = shutdown::channel();
     let busy_us = Arc::new(AtomicU64::new(0));
     let answered = Arc::new(AtomicU64::new(0));
@@ -139,6 +145,10 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         sink: sink_tx.clone(),
         batch_feedback: batch_feedback_tx,
         held_feedback: held_tx,
+        cancelled: cancelled.clone(),
+        cancel_lookup: cancel_lookup.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        ahead: ahead.clone(),
     }
     .spawn(warmed.loaded)?;
     health.set_warm();
@@ -151,10 +161,11 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         ttls: ttls.clone(),
         task_tag: version.config.task.tag(),
         replica_wait,
+        cancelled: cancelled.clone(),
     };
     let redacted_url = args.redis.redacted_url();
     let connecting = wait_for_redis(redis_parts, &health, &redacted_url);
-    let Connected { results, cache, backlog, memory } = tokio::select! {
+    let Connected { results, cache, cancel_watch, backlog, memory } = tokio::select! {
         connected = connecting => connected,
         _ = &mut signal => {
             tracing::info!("stopped before Redis answered");
@@ -178,14 +189,18 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         shutdown: reading.clone(),
     };
     let watching = tokio::spawn(watcher.run());
+    let batch_cancel_lookup = cancel_watch.lookup.clone();
+    let _ = cancel_lookup.set(cancel_watch.lookup.clone());
+    let cancel_watching = tokio::spawn(cancel_watch.run(reading.clone()));
 
     let ledger = Arc::new(Ledger::new(health.clone()));
     let (source, inbox) = Source::subscribe(
         kafka,
         ledger.clone(),
         &names.consumer_group(&args.model),
-        &names.topic(&args.model),
+        LaneTopics::of(&names, &args.model),
         args.prefetch_kbytes,
+        args.bulk_share,
     )?;
     let source = Arc::new(source);
     let committer = source.committer();
@@ -222,6 +237,9 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         feedback: batch_feedback_rx,
         sink: sink_tx.clone(),
         ledger: ledger.clone(),
+        cancelled: cancelled.clone(),
+        bulk_share: args.bulk_share,
+        ahead: ahead.clone(),
     };
     let batch = tokio::spawn(watched("batcher", health.clone(), stopping.clone(), batch.run()));
     let cache = CacheStage {
@@ -231,6 +249,9 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         cache,
         version: first_served,
         ledger,
+        cancelled: cancelled.clone(),
+        cancel_lookup: batch_cancel_lookup,
+        ahead,
     };
     let cache = tokio::spawn(watched("cache", health.clone(), stopping.clone(), cache.run()));
     let admission = AdmissionStage {
@@ -239,7 +260,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
             model: args.model.clone(),
             version: version.version,
             intake,
-            request_ttl_ms: ttl.request_ttl_ms,
+            request_ttls: ttl.request_ttls(),
+            cancelled,
         },
         flow: FlowLimits {
             max_messages: args.max_in_flight.max(1),
@@ -276,6 +298,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     // hand one to an admission stage that no longer reads.
     watching.abort();
     let _ = watching.await;
+    cancel_watching.abort();
     let drain = async {
         let ended = match ended_early {
             Some(ended) => ended,
@@ -328,13 +351,15 @@ struct RedisParts<'a> {
     ttls: VersionTtls,
     task_tag: String,
     replica_wait: Option<ReplicaWait>,
+    cancelled: Arc<CancelledJobs>,
 }
 
-/// The worker's Redis connections: answers, the feature cache, the backlog
-/// report and the memory marker.
+/// The worker's Redis connections: answers, the feature cache, the cancel
+/// watch, the backlog report and the memory marker.
 struct Connected {
     results: ResultSink,
     cache: FeatureCache,
+    cancel_watch: CancelWatch,
     backlog: BacklogPublisher,
     memory: RedisMemory,
 }
@@ -380,6 +405,10 @@ async fn connect_redis(parts: &RedisParts<'_>) -> Result<Connected, redis::Redis
             .await?
             .with_replica_wait(parts.replica_wait),
         cache: FeatureCache::connect(target, (*names).clone(), (*model).clone(), parts.task_tag.clone()).await?,
+        cancel_watch: CancelWatch {
+            lookup: CancelLookup::connect(target, (*names).clone()).await?,
+            jobs: parts.cancelled.clone(),
+        },
         backlog: BacklogPublisher::connect(target, names.backlog_key(model), parts.worker_id.clone()).await?,
         memory: RedisMemory::connect(target, names.memory_marker_key(), parts.worker_id.clone()).await?,
     })

@@ -1,15 +1,18 @@
 //! The two Redis ACL users of a release (`fleet_connect::acl`, the rules
 //! the chart renders), applied to a real redis-server with the default user
 //! off: the worker serves under its user (answers, feature cache, backlog
-//! report); a client under its user waits for answers and reads the backlog,
-//! and is refused every write: answers, ready lists, cache entries, reports.
+//! report); a client under its user waits for answers, reads the backlog and
+//! cancels a job (SET of its cancel key, which the worker's user reads), and
+//! is refused every other write: answers, ready lists, cache entries,
+//! reports, and any SET but a cancel's.
 
 mod common;
 
 use common::{send_texts, serial, Broker, Redis, Worker};
 use fleet_connect::acl::{self, Role};
 use fleet_producer::{admission, ResultClient};
-use fleet_proto::{ModelName, Namespace, RequestId, Status};
+use fleet_proto::clock::now_ms;
+use fleet_proto::{JobId, ModelName, Namespace, RequestId, Status};
 use std::time::{Duration, Instant};
 
 /// The user lines of redis.conf for both roles; password = `<user>-pw`.
@@ -88,6 +91,26 @@ async fn the_worker_and_client_users_each_get_only_what_they_need() {
         .unwrap();
     assert!(marker.is_some_and(|m| m != "test"), "the worker did not set its memory marker");
     refused(&mut client, redis::cmd("SET").arg(names.memory_marker_key()).arg("forged")).await;
+
+    // A client cancels a job: the one key it may SET, the worker's user
+    // reads it (workers look cancels up with MGET).
+    let job = JobId::parse("acl-backfill").unwrap();
+    results.cancel(&job, Duration::from_secs(60)).await.expect("the client user may cancel a job");
+    let cancelled: Vec<Option<String>> =
+        redis::cmd("MGET").arg(names.cancel_key(&job)).query_async(&mut as_worker).await.unwrap();
+    let cancelled_ms: u64 = cancelled[0].as_deref().expect("the worker user reads the cancel").parse().unwrap();
+    assert!(cancelled_ms > 0 && cancelled_ms <= now_ms(), "cancel key holds {cancelled_ms}");
+    // SET is granted on cancel keys only: not on an answer, a ready list
+    // (which the client may pop), a cache entry; a cancel key is not
+    // readable or deletable by the client (it ends on its TTL).
+    refused(&mut client, redis::cmd("SET").arg(names.result_key(&other)).arg(answer)).await;
+    refused(&mut client, redis::cmd("SET").arg(names.result_key(id)).arg(answer)).await;
+    refused(&mut client, redis::cmd("SET").arg(names.ready_key(&other)).arg("minilm")).await;
+    refused(&mut client, redis::cmd("SET").arg(&feature).arg("{}").arg("EX").arg(60)).await;
+    refused(&mut client, redis::cmd("SET").arg(names.backlog_key(&model)).arg("0 0 0")).await;
+    refused(&mut client, redis::cmd("GET").arg(names.cancel_key(&job))).await;
+    refused(&mut client, redis::cmd("SET").arg(names.cancel_key(&job)).arg("1").arg("GET")).await;
+    refused(&mut client, redis::cmd("DEL").arg(names.cancel_key(&job))).await;
 
     // The worker's user is confined to the prefix and to its commands.
     refused(&mut as_worker, redis::cmd("SET").arg("elsewhere:key").arg("x")).await;

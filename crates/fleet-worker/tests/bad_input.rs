@@ -21,6 +21,7 @@ fn headers_for(id: &str, content_type: ContentType) -> Vec<(String, String)> {
         content_type,
         deadline_ms: None,
         parts: 1,
+        job: None,
     };
     envelope.to_headers().into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
@@ -59,6 +60,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         ("bad-content-type", Status::Error, Some(ErrorCode::UnsupportedFormat)),
         ("bad-image-to-text", Status::Error, Some(ErrorCode::UnsupportedFormat)),
         ("bad-huge", Status::Error, Some(ErrorCode::TextTooLong)),
+        ("bad-job", Status::Error, Some(ErrorCode::BadRequest)),
         ("bad-expired", Status::Expired, None),
         ("good-after", Status::Ok, None),
     ];
@@ -70,6 +72,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         case("bad-content-type", |hs| set(hs, h::CONTENT_TYPE, "application/pdf"), b"%PDF-1.7"),
         case("bad-image-to-text", |hs| set(hs, h::CONTENT_TYPE, "image/png"), b"\x89PNG\r\n"),
         case("bad-huge", |_| {}, &vec![b'a'; 70_000]),
+        case("bad-job", |hs| set(hs, h::JOB, "bad job!"), b"a job id with a space"),
         case("bad-expired", |hs| set(hs, h::DEADLINE, "1000"), b"too late"),
     ];
     // No key and no ce_id: nowhere to answer, so it must land in the DLQ.

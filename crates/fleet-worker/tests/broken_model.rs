@@ -47,6 +47,9 @@ async fn statuses(redis: &Redis, ids: &[RequestId]) -> Vec<(String, Status, Opti
     futures::future::join_all(waits).await
 }
 
+/// The interactive lane's partitions (the bulk lane's move alike).
+const INTERACTIVE: &[(&str, &str)] = &[("lane", "interactive")];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_failing_on_every_input_stops_taking_work_and_a_healthy_member_answers_it() {
     let _serial = serial().await;
@@ -58,9 +61,9 @@ async fn a_model_failing_on_every_input_stops_taking_work_and_a_healthy_member_a
     a.wait_until_serving(4).await;
     let b = Worker::start_in(&dir_b, "fixture_fragile", &broker, &redis, &args);
     // Both members own partitions: the stream below reaches both.
-    let owned_by_b = b.wait_for_metric("fleet_assigned_partitions", &[], 1.0, Duration::from_secs(60)).await;
+    let owned_by_b = b.wait_for_metric("fleet_assigned_partitions", INTERACTIVE, 1.0, Duration::from_secs(60)).await;
     assert!(owned_by_b >= 1.0, "the second member got no partition");
-    let owned_by_a = a.wait_for_metric("fleet_assigned_partitions", &[], 1.0, Duration::from_secs(5)).await;
+    let owned_by_a = a.wait_for_metric("fleet_assigned_partitions", INTERACTIVE, 1.0, Duration::from_secs(5)).await;
     assert!((1.0..4.0).contains(&owned_by_a), "the first member owns {owned_by_a} partitions");
 
     // Answers while both work.
@@ -80,8 +83,12 @@ async fn a_model_failing_on_every_input_stops_taking_work_and_a_healthy_member_a
     let scrape = a.scrape().await;
     assert_eq!(metric_value(&scrape, "fleet_model_broken", &[]), 1.0);
     assert_eq!(metric_value(&scrape, "fleet_errors_total", &[("code", "model_failed")]), 0.0);
-    assert_eq!(metric_value(&scrape, "fleet_assigned_partitions", &[]), 0.0, "the broken member kept partitions");
-    let served_by_b = metric_value(&b.scrape().await, "fleet_assigned_partitions", &[]);
+    assert_eq!(
+        metric_value(&scrape, "fleet_assigned_partitions", INTERACTIVE),
+        0.0,
+        "the broken member kept partitions"
+    );
+    let served_by_b = metric_value(&b.scrape().await, "fleet_assigned_partitions", INTERACTIVE);
     assert_eq!(served_by_b, 4.0, "the healthy member does not own every partition");
     // A restart is what cures a sticky device fault: liveness fails after the bound.
     let (code, body) = a.wait_for_status("/healthz", 503, Duration::from_secs(60)).await;

@@ -37,6 +37,7 @@ fn headers_for(id: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         content_type: ContentType::Text,
         deadline_ms: None,
         parts: 1,
+        job: None,
     };
     envelope.to_headers().into_iter().map(|(k, v)| (k.as_bytes().to_vec(), Some(v.into_bytes()))).collect()
 }
@@ -463,8 +464,9 @@ async fn redis_refusing_the_answer_script_is_reported_and_a_new_member_takes_par
     // max.poll.interval.ms.
     let joined = Instant::now();
     let second = Worker::start("minilm", &broker, &redis, &[]);
-    let assigned =
-        second.wait_for_metric("fleet_assigned_partitions", &[("model", "minilm")], 1.0, Duration::from_secs(60)).await;
+    let assigned = second
+        .wait_for_metric("fleet_assigned_partitions", &[("lane", "interactive")], 1.0, Duration::from_secs(60))
+        .await;
     assert!(assigned >= 1.0, "the new member got no partition");
     assert!(joined.elapsed() < Duration::from_secs(60));
 

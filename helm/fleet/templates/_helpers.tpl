@@ -364,11 +364,15 @@ stored under its "models" key, so no number goes through a string:
 {{- if $resources.requests -}}{{- $cpuRequest = default "" (index $resources.requests "cpu") -}}{{- end -}}
 {{- $threads := int (include "fleet.int" (list $m.intraOpThreads (max 1 (sub (int (include "fleet.cpuCores" $cpuRequest)) 1)))) -}}
 {{- $dns := regexReplaceAll "[^a-z0-9-]" $name "-" | trimSuffix "-" -}}
+{{- /* What the bulk lane's lag alone may ask for: autoscaling.bulk.maxReplicas, never above the model's max. */ -}}
+{{- $bulkMax := min $max (int (include "fleet.int" (list $root.Values.autoscaling.bulk.maxReplicas $max))) -}}
 {{- $resolved := dict
       "name" $name
       "dns" $dns
       "workerName" (include "fleet.suffixed" (list $root (printf "worker-%s" $dns)))
       "topic" (printf "%s%s" $root.Values.names.topicPrefix $name)
+      "bulkTopic" (printf "%s%s.bulk" $root.Values.names.topicPrefix $name)
+      "bulkMax" $bulkMax
       "group" (printf "%s%s" $root.Values.names.groupPrefix $name)
       "partitions" $partitions
       "maxValueBytes" (int64 (include "fleet.int" (list $m.maxValueBytes 20000000)))
@@ -395,6 +399,9 @@ stored under its "models" key, so no number goes through a string:
 {{- $v := .Values -}}
 {{- if not (has $v.autoscaling.mode (list "hpa" "keda" "none")) -}}
 {{- fail (printf "autoscaling.mode must be hpa, keda or none, not %q" $v.autoscaling.mode) -}}
+{{- end -}}
+{{- if and $v.autoscaling.bulk.enabled (eq $v.autoscaling.mode "keda") (include "fleet.bulk.capped" .) (not $v.autoscaling.bulk.prometheusServerAddress) -}}
+{{- fail "autoscaling.bulk.maxReplicas in keda mode needs autoscaling.bulk.prometheusServerAddress: KEDA's Kafka scaler cannot cap one trigger, so the bulk trigger reads the clamped bulk lag from Prometheus (fleet-lag's series). Set the address, or leave maxReplicas empty (the bulk trigger is then a Kafka scaler like the interactive one)" -}}
 {{- end -}}
 {{- if not $v.kafka.brokers -}}
 {{- fail "kafka.brokers is required" -}}
@@ -454,6 +461,33 @@ stored under its "models" key, so no number goes through a string:
 {{- fail (printf "redis.tls.enabled needs a rediss:// URL, but redis.url starts with %s:// (the worker would speak plaintext)" $u.scheme) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Autoscaling on the bulk lane -------------------------------------------- */}}
+
+{{/* "true" when autoscaling.bulk.maxReplicas caps the bulk lane's proposal. */}}
+{{- define "fleet.bulk.capped" -}}
+{{- if ne (toString .Values.autoscaling.bulk.maxReplicas) "" -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The bulk lane's lag as a PromQL expression around a per-partition series
+selector: deduplicated per partition across scrape targets (fleet-lag and
+every worker export it), summed, 0 when no series exists (a bulk topic
+nobody made yet must read "no lag", not "no data": an HPA with a metric it
+cannot read never scales down), and with a cap, clamped at lagThreshold x
+cap so that the proposal ceil(lag / lagThreshold) never exceeds the cap.
+(list $ "<series selector>" cap-or-0)
+*/}}
+{{- define "fleet.bulk.lagQuery" -}}
+{{- $root := index . 0 -}}
+{{- $series := index . 1 -}}
+{{- $cap := int (index . 2) -}}
+{{- $query := printf "sum(max by (consumergroup, topic, partition) (%s)) or vector(0)" $series -}}
+{{- if gt $cap 0 -}}
+{{- $query = printf "clamp_max(%s, %d)" $query (mul (int $root.Values.autoscaling.bulk.lagThreshold) $cap) -}}
+{{- end -}}
+{{- $query -}}
 {{- end -}}
 
 {{/* The scaling behavior shared by the HPA and KEDA's HPA. */}}

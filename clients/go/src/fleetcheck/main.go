@@ -1,7 +1,8 @@
 // Command fleetcheck runs the Go client against a live fleet and checks what
 // it gets back: the same checks as clients/python/check_client.py. Started by
 // crates/fleet-worker/tests/clients.rs (part of `make test`) with a broker,
-// a Redis and two real workers (minilm, efficientnet_lite0). Exits non-zero
+// a Redis and two real workers (minilm, efficientnet_lite0; each reading its
+// bulk topic, infer.<model>.bulk, too). Exits non-zero
 // with the reason on the first check that fails; prints one line per check.
 package main
 
@@ -14,10 +15,12 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"fleetclient"
 
+	"github.com/Shopify/sarama"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -138,5 +141,82 @@ func main() {
 	must(client.SendText("minilm", admitted, "Now there is room.",
 		fleetclient.SendOptions{DeadlineMs: time.Now().UnixMilli() + 30_000, Admit: true}), "admitted")
 	check(wait(admitted, "minilm")["minilm"].Status == "ok", "admitted and answered")
+
+	// Lanes and jobs: the client refuses, before sending, a lane or a job id
+	// the fleet would not accept.
+	notSent := fmt.Sprintf("go-%s-not-sent", *run)
+	for _, opt := range []fleetclient.SendOptions{
+		{Lane: "urgent"}, {Job: "bad job!"}, {Job: strings.Repeat("j", 129)},
+	} {
+		err := client.SendText("minilm", notSent, "Never sent.", opt)
+		check(err != nil, fmt.Sprintf("the client refuses lane %q job %.20q: %v", opt.Lane, opt.Job, err))
+	}
+	check(client.Cancel("bad job!", 0) != nil, "the client refuses to cancel an invalid job id")
+	refusedLocally, err := client.Poll(notSent)
+	must(err, "polling "+notSent)
+	check(len(refusedLocally) == 0, "nothing the client refused was sent")
+
+	// (a) The bulk lane (infer.minilm.bulk), in a job: answered like the
+	// interactive lane.
+	bulkID := fmt.Sprintf("go-%s-bulk", *run)
+	must(client.SendText("minilm", bulkID, texts[0],
+		fleetclient.SendOptions{Lane: fleetclient.Bulk, Job: fmt.Sprintf("go-%s-job", *run)}), "sending on the bulk lane")
+	bulk := wait(bulkID, "minilm")["minilm"]
+	check(bulk.Status == fleetclient.StatusOK, "a text on the bulk lane, in a job, answered ok (got "+bulk.Status+")")
+	check(dot(embedding(bulk), embeddings[0]) > 0.99, "the bulk lane computes the same embedding")
+
+	// (b) A job cancelled before its requests are sent: each is answered
+	// cancelled, never computed (no output, no error).
+	job := fmt.Sprintf("go-%s-cancelled", *run)
+	must(client.Cancel(job, 0), "cancelling "+job)
+	ttl, err := redis.Int64(admin.Do("TTL", client.CancelKey(job)))
+	must(err, "reading the cancel's TTL")
+	check(ttl > 0 && ttl <= int64(fleetclient.DefaultCancelKeep.Seconds()),
+		fmt.Sprintf("cancel marks %s for a week (ttl %d s)", client.CancelKey(job), ttl))
+	var cancelled []string
+	for i, text := range texts[:3] {
+		id := fmt.Sprintf("go-%s-cancelled-%d", *run, i)
+		must(client.SendText("minilm", id, text, fleetclient.SendOptions{Lane: fleetclient.Bulk, Job: job}), "sending "+id)
+		cancelled = append(cancelled, id)
+	}
+	for _, id := range cancelled {
+		a := wait(id, "minilm")["minilm"]
+		check(a.Status == fleetclient.StatusCancelled && len(a.Output) == 0 && a.Error == nil && a.TimingsMs != nil,
+			id+" of the cancelled job answered cancelled (got "+a.Status+")")
+	}
+
+	// (c) An invalid job id, sent raw (the client would refuse it): answered
+	// error bad_request.
+	rawID := fmt.Sprintf("go-%s-bad-job", *run)
+	config := sarama.NewConfig()
+	config.Version = sarama.V2_0_0_0 // headers
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Producer.Return.Successes = true
+	raw, err := sarama.NewSyncProducer([]string{*brokers}, config)
+	must(err, "connecting a raw producer")
+	defer raw.Close()
+	header := func(k, v string) sarama.RecordHeader { return sarama.RecordHeader{Key: []byte(k), Value: []byte(v)} }
+	_, _, err = raw.SendMessage(&sarama.ProducerMessage{
+		Topic: client.Topic("minilm"),
+		Key:   sarama.StringEncoder(rawID),
+		Value: sarama.StringEncoder("A request whose job id is not valid."),
+		Headers: []sarama.RecordHeader{
+			header("ce_specversion", "1.0"),
+			header("ce_type", "fleet.infer.v1"),
+			header("ce_id", rawID),
+			header("ce_source", "check-go-client"),
+			header("ce_time", time.Now().UTC().Format("2006-01-02T15:04:05.000Z")),
+			header("content-type", fleetclient.Text),
+			header(fleetclient.JobHeader, "bad job!"),
+		},
+	})
+	must(err, "sending the raw request with an invalid job id")
+	bad := wait(rawID, "minilm")["minilm"]
+	code := ""
+	if bad.Error != nil {
+		code = bad.Error.Code
+	}
+	check(bad.Status == fleetclient.StatusError && code == "bad_request",
+		fmt.Sprintf("an invalid job id is answered error bad_request (got %s %s)", bad.Status, code))
 	fmt.Printf("all checks passed in %.1f s\n", time.Since(started).Seconds())
 }

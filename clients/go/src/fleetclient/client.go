@@ -4,6 +4,13 @@
 // headers) and waits for the answers in Redis with Redigo (BLPOP on the
 // request's ready list, then HGETALL of its result hash).
 //
+// Lanes and jobs: SendOptions{Lane: Bulk} sends to the model's bulk topic
+// (infer.<model>.bulk), which workers serve with the capacity interactive
+// requests leave; SendOptions{Job: "backfill-7"} tags a request with a job
+// (header ce_fleetjob), and Cancel("backfill-7", 0) makes workers answer
+// every request of that job they have not computed yet with status
+// "cancelled".
+//
 // Admit refuses a request whose predicted wait (the workers' backlog divided
 // by their drain rate) would outlast its deadline: the rule of the Rust
 // producer's BacklogGuard, so a refused request is never sent only to expire.
@@ -37,9 +44,55 @@ const (
 	maxReportAgeMs    = 5_000
 	minDrainPerS      = 0.5
 	maxParts          = 16
+	// JobHeader carries the job a request belongs to (a CloudEvents
+	// extension attribute); same alphabet and length as a request id.
+	JobHeader = "ce_fleetjob"
+	// DefaultCancelKeep is how long a cancel lasts unless told otherwise: a
+	// week, Kafka's default retention, so a cancelled job's messages read
+	// late are not computed either.
+	DefaultCancelKeep = 7 * 24 * time.Hour
+)
+
+// An answer's status (docs/answer.schema.json). Only StatusOK has an
+// Output, only StatusError an Error; StatusExpired and StatusCancelled
+// were never computed (StatusCancelled: the request's job was cancelled).
+const (
+	StatusOK        = "ok"
+	StatusError     = "error"
+	StatusExpired   = "expired"
+	StatusCancelled = "cancelled"
+)
+
+// Lane is which of a model's two topics a request goes to.
+type Lane string
+
+const (
+	// Interactive requests (a person waits) go to infer.<model>; the
+	// default (the zero Lane is Interactive too).
+	Interactive Lane = "interactive"
+	// Bulk requests (a backfill: throughput matters) go to
+	// infer.<model>.bulk, served with the capacity interactive ones leave.
+	Bulk Lane = "bulk"
 )
 
 var requestID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+func checkID(what, id string) error {
+	if !requestID.MatchString(id) {
+		return fmt.Errorf("%s %q: 1-128 characters of A-Z a-z 0-9 . _ : -", what, id)
+	}
+	return nil
+}
+
+func laneSuffix(lane Lane) (string, error) {
+	switch lane {
+	case "", Interactive:
+		return "", nil
+	case Bulk:
+		return ".bulk", nil
+	}
+	return "", fmt.Errorf("lane %q is not one of interactive, bulk", string(lane))
+}
 
 // Options name the release's prefixes (defaults infer. and fleet:) and who sends.
 type Options struct {
@@ -137,14 +190,27 @@ func New(brokers []string, redisURL string, opts Options) (*Client, error) {
 	return &Client{producer: producer, redis: pool, opts: opts, sent: map[string][]int64{}}, nil
 }
 
-// Topic is where requests for model go.
+// Topic is where interactive requests for model go: infer.<model>.
 func (c *Client) Topic(model string) string { return c.opts.TopicPrefix + model }
+
+// LaneTopic is where requests for model in lane go: infer.<model> or
+// infer.<model>.bulk; an error for a lane that is neither.
+func (c *Client) LaneTopic(model string, lane Lane) (string, error) {
+	suffix, err := laneSuffix(lane)
+	if err != nil {
+		return "", err
+	}
+	return c.opts.TopicPrefix + model + suffix, nil
+}
 
 // ResultKey is the hash of a request's answers; the braces are its hash tag.
 func (c *Client) ResultKey(id string) string { return c.opts.RedisPrefix + "result:{" + id + "}" }
 
 // ReadyKey is the list a worker pushes to once per answer.
 func (c *Client) ReadyKey(id string) string { return c.opts.RedisPrefix + "ready:{" + id + "}" }
+
+// CancelKey is present while job is cancelled; the braces are its hash tag.
+func (c *Client) CancelKey(job string) string { return c.opts.RedisPrefix + "cancel:{" + job + "}" }
 
 // BacklogKey is the hash of the model's workers' backlog reports.
 func (c *Client) BacklogKey(model string) string { return c.opts.RedisPrefix + "backlog:" + model }
@@ -157,20 +223,34 @@ func rfc3339(ms int64) string {
 }
 
 // SendOptions: an absolute deadline (Unix ms, 0: the worker's default from
-// ce_time), how many models the request fans out to, and whether to apply
-// admission first.
+// ce_time), how many models the request fans out to, whether to apply
+// admission first, the lane ("" or Interactive: infer.<model>; Bulk:
+// infer.<model>.bulk) and the job ("": none; else the ce_fleetjob that
+// Cancel names, same rule as a request id). To make a single request
+// cancellable, send it with its own id as its Job.
 type SendOptions struct {
 	DeadlineMs int64
 	Parts      int
 	Admit      bool
+	Lane       Lane
+	Job        string
 }
 
 // Send produces one request and waits for the broker's ack. The key is the
 // request id (ce_id equals it); reusing an id within the result TTL returns
 // the earlier answer.
 func (c *Client) Send(model, id string, value []byte, contentType string, opt SendOptions) error {
-	if !requestID.MatchString(id) {
-		return fmt.Errorf("request id %q: 1-128 characters of A-Z a-z 0-9 . _ : -", id)
+	if err := checkID("request id", id); err != nil {
+		return err
+	}
+	topic, err := c.LaneTopic(model, opt.Lane)
+	if err != nil {
+		return err
+	}
+	if opt.Job != "" {
+		if err := checkID("job id", opt.Job); err != nil {
+			return err
+		}
 	}
 	if opt.Parts == 0 {
 		opt.Parts = 1
@@ -199,8 +279,11 @@ func (c *Client) Send(model, id string, value []byte, contentType string, opt Se
 	if opt.Parts > 1 {
 		headers = append(headers, header("ce_parts", strconv.Itoa(opt.Parts)))
 	}
+	if opt.Job != "" {
+		headers = append(headers, header(JobHeader, opt.Job))
+	}
 	message := &sarama.ProducerMessage{
-		Topic: c.Topic(model), Key: sarama.StringEncoder(id), Value: sarama.ByteEncoder(value), Headers: headers,
+		Topic: topic, Key: sarama.StringEncoder(id), Value: sarama.ByteEncoder(value), Headers: headers,
 	}
 	if _, _, err := c.producer.SendMessage(message); err != nil {
 		return err
@@ -233,6 +316,31 @@ func (c *Client) SendFanout(id string, parts []Part, opt SendOptions) error {
 		}
 	}
 	return nil
+}
+
+// Cancel marks job cancelled: from now on workers answer each of its
+// requests that they have not computed yet with StatusCancelled (no output,
+// no error) instead of computing it; a batch already in a model is
+// finished. The mark is SET <redis prefix>cancel:{<job>} <now ms> EX
+// <keep, in whole seconds>, kept as long as the job's messages can wait in
+// Kafka (keep 0: DefaultCancelKeep, a week). Cancelling twice, or a job no
+// request named, is harmless. A single request is cancellable this way only
+// if it was sent with its id as its Job.
+func (c *Client) Cancel(job string, keep time.Duration) error {
+	if err := checkID("job id", job); err != nil {
+		return err
+	}
+	if keep == 0 {
+		keep = DefaultCancelKeep
+	}
+	if keep < 0 {
+		return fmt.Errorf("cancel keep %v: at least 1 second (0: a week)", keep)
+	}
+	seconds := int64(math.Ceil(keep.Seconds()))
+	conn := c.redis.Get()
+	defer conn.Close()
+	_, err := conn.Do("SET", c.CancelKey(job), nowMs(), "EX", seconds)
+	return err
 }
 
 // Admit returns *Overloaded when the model's predicted wait exceeds the time
@@ -338,6 +446,9 @@ func (c *Client) Poll(id string) (map[string]Answer, error) {
 }
 
 // Wait blocks until every model in models has answered id, or returns *Timeout.
+// Every status ends the wait: StatusOK (with Output), StatusError (with
+// Error), StatusExpired and StatusCancelled (neither: never computed). Look
+// at each answer's Status before its Output.
 func (c *Client) Wait(id string, models []string, timeout time.Duration) (map[string]Answer, error) {
 	deadline := time.Now().Add(timeout)
 	for {

@@ -1,12 +1,16 @@
 //! `fleet-lag`: consumer-group lag for the fleet's models, for autoscalers.
 //!
-//! - `fleet-lag serve`: the cluster's lag exporter. It measures every
-//!   partition of `infer.<model>` against group `fleet.<model>`, including
-//!   partitions no worker owns (at zero replicas, or before the first
-//!   assignment), which a worker cannot see. Workers export the same series
-//!   for their topic; queries dedupe with `max by (consumergroup, topic, partition)`.
-//! - `fleet-lag record`: the same measurement written as CSV over time (to
-//!   record a burst).
+//! - `fleet-lag serve`: the cluster's lag exporter. For each model it
+//!   measures every partition of both lanes' topics, `infer.<model>`
+//!   (interactive) and `infer.<model>.bulk` (bulk), against group
+//!   `fleet.<model>`, including partitions no worker owns (at zero replicas,
+//!   or before the first assignment), which a worker cannot see. The series
+//!   carry the topic (as kafka_exporter's do) and `lane`. A bulk topic that
+//!   does not exist yet reads as lag 0 (logged once) and never holds back
+//!   the interactive series or readiness. Workers export the same series
+//!   for their topics; queries dedupe with `max by (consumergroup, topic, partition)`.
+//! - `fleet-lag record`: the same measurement of one lane written as CSV
+//!   over time (to record a burst).
 //! - `fleet-lag replay`: a recorded CSV through the HPA's arithmetic: what
 //!   the autoscaler would have done (docs/autoscaling.md).
 
@@ -16,10 +20,12 @@ use fleet_connect::kafka::KafkaArgs;
 use fleet_connect::namespace::NamespaceArgs;
 use fleet_ops::endpoints::{self, Checks};
 use fleet_ops::hpa::{self, HpaSpec};
+use fleet_ops::lag::TopicLag;
 use fleet_ops::probe;
 use fleet_proto::clock::now_ms;
-use fleet_proto::ModelName;
+use fleet_proto::{Lane, ModelName, Namespace};
 use rdkafka::consumer::BaseConsumer;
+use rdkafka::error::KafkaError;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,9 +42,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Export kafka_consumergroup_lag for every model on /metrics.
+    /// Export kafka_consumergroup_lag of both lanes of every model on /metrics.
     Serve(ServeArgs),
-    /// Write one model's total lag as CSV (seconds,lag) until stopped or drained.
+    /// Write one lane's total lag of one model as CSV (seconds,lag) until stopped or drained.
     Record(RecordArgs),
     /// Replay a recorded lag CSV through the HPA algorithm and print its decisions.
     Replay(ReplayArgs),
@@ -83,6 +89,10 @@ struct RecordArgs {
     namespace: NamespaceArgs,
     #[arg(long)]
     model: ModelName,
+    /// The lane whose topic is recorded: interactive (infer.<model>) or
+    /// bulk (infer.<model>.bulk).
+    #[arg(long, default_value = "interactive")]
+    lane: Lane,
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     interval: Duration,
     /// Stop after this long at the latest.
@@ -135,12 +145,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
     probe::describe();
     let names = args.namespace.namespace()?;
     check_kafka(&args.kafka)?;
-    let watched: Vec<(ModelName, Arc<BaseConsumer>)> = args
-        .models
-        .iter()
-        .map(|model| Ok((model.clone(), Arc::new(offsets_consumer(&args.kafka, &names.consumer_group(model))?))))
-        .collect::<Result<_>>()?;
-    // Ready while every model was measured within three intervals.
+    let mut watched: Vec<(LaneLag, Arc<BaseConsumer>)> = Vec::new();
+    for model in &args.models {
+        let consumer = Arc::new(offsets_consumer(&args.kafka, &names.consumer_group(model))?);
+        for lane in Lane::ALL {
+            watched.push((LaneLag::new(&names, model, lane), consumer.clone()));
+        }
+    }
+    // Ready while every model was measured within three intervals (a bulk
+    // topic that does not exist counts as measured: nothing waits on it).
     let last_success = Arc::new(AtomicU64::new(0));
     let stale_after_ms = args.interval.as_millis() as u64 * 3;
     let seen = last_success.clone();
@@ -166,18 +179,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
         let mut complete = true;
-        for (model, consumer) in &watched {
-            let (consumer, group, topic) = (consumer.clone(), names.consumer_group(model), names.topic(model));
+        for (watch, consumer) in &mut watched {
+            let (consumer, lane) = (consumer.clone(), watch.lane);
+            let (group, topic) = (watch.group.clone(), watch.topic.clone());
             let timeout = args.interval.max(Duration::from_secs(1));
-            let measured =
-                tokio::task::spawn_blocking(move || probe::measure(consumer.as_ref(), &group, &topic, timeout)).await?;
-            match measured {
-                Ok(lag) => probe::publish(&lag),
-                Err(e) => {
-                    complete = false;
-                    tracing::warn!(model = %model, error = %e, "lag not measured");
-                }
-            }
+            let measured = tokio::task::spawn_blocking(move || {
+                probe::measure_lane(consumer.as_ref(), &group, &topic, lane, timeout)
+            })
+            .await?;
+            complete &= watch.take(measured);
         }
         if complete {
             last_success.store(now_ms(), Ordering::Relaxed);
@@ -185,10 +195,72 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
 }
 
+/// One lane of one model as `serve` measures it, and what it last saw.
+#[derive(Debug)]
+struct LaneLag {
+    model: ModelName,
+    lane: Lane,
+    group: String,
+    topic: String,
+    /// Partitions last published (zeroed if the topic goes away).
+    partitions: Vec<i32>,
+    /// The topic did not exist at the last measurement (logged once).
+    absent: bool,
+}
+
+impl LaneLag {
+    fn new(names: &Namespace, model: &ModelName, lane: Lane) -> Self {
+        Self {
+            model: model.clone(),
+            lane,
+            group: names.consumer_group(model),
+            topic: names.lane_topic(model, lane),
+            partitions: Vec::new(),
+            absent: false,
+        }
+    }
+
+    /// Publishes one measurement; false when the lane is not measured (the
+    /// exporter is then not ready). A bulk topic that does not exist is
+    /// measured: its lag is 0, said once in the log, and the interactive
+    /// series go on as before. The interactive topic missing stays an
+    /// error: the model's requests have nowhere to go.
+    fn take(&mut self, measured: Result<TopicLag, KafkaError>) -> bool {
+        match measured {
+            Ok(lag) => {
+                if self.absent {
+                    tracing::info!(model = %self.model, lane = %self.lane, topic = %self.topic, "the topic exists now");
+                    self.absent = false;
+                }
+                self.partitions = lag.partitions.iter().map(|p| p.partition).collect();
+                probe::publish(&lag);
+                true
+            }
+            Err(e) if self.lane == Lane::Bulk && probe::is_unknown_topic(&e) => {
+                if !self.absent {
+                    tracing::warn!(
+                        model = %self.model,
+                        topic = %self.topic,
+                        "the bulk topic does not exist (yet); its lag reads 0 until `fleet-produce topics` creates it"
+                    );
+                    self.absent = true;
+                }
+                probe::publish_absent(&self.group, &self.topic, self.lane, &self.partitions);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(model = %self.model, lane = %self.lane, error = %e, "lag not measured");
+                false
+            }
+        }
+    }
+}
+
 async fn record(args: RecordArgs) -> Result<()> {
     let names = args.namespace.namespace()?;
     check_kafka(&args.kafka)?;
-    let consumer = Arc::new(offsets_consumer(&args.kafka, &names.consumer_group(&args.model))?);
+    let (group, topic) = (names.consumer_group(&args.model), names.lane_topic(&args.model, args.lane));
+    let consumer = Arc::new(offsets_consumer(&args.kafka, &group)?);
     let mut out = std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     writeln!(out, "seconds,lag")?;
     let started = Instant::now();
@@ -196,9 +268,9 @@ async fn record(args: RecordArgs) -> Result<()> {
     let mut seen_lag = false;
     while started.elapsed() < args.duration {
         tick.tick().await;
-        let (consumer, group, topic) = (consumer.clone(), names.consumer_group(&args.model), names.topic(&args.model));
+        let (consumer, group, topic, lane) = (consumer.clone(), group.clone(), topic.clone(), args.lane);
         let lag = tokio::task::spawn_blocking(move || {
-            probe::measure(consumer.as_ref(), &group, &topic, Duration::from_secs(5))
+            probe::measure_lane(consumer.as_ref(), &group, &topic, lane, Duration::from_secs(5))
         })
         .await??;
         let total = lag.total();
@@ -239,4 +311,58 @@ fn parse_lag_csv(text: &str) -> Result<Vec<(f64, f64)>> {
         }
     }
     Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet_ops::lag::PartitionOffsets;
+    use rdkafka::error::RDKafkaErrorCode;
+
+    fn lane(lane: Lane) -> LaneLag {
+        LaneLag::new(&Namespace::default(), &ModelName::parse("m").unwrap(), lane)
+    }
+
+    fn measured(lane: &LaneLag, partitions: i32) -> Result<TopicLag, KafkaError> {
+        let partitions =
+            (0..partitions).map(|partition| PartitionOffsets { partition, low: 0, high: 5, committed: None }).collect();
+        Ok(TopicLag { group: lane.group.clone(), topic: lane.topic.clone(), lane: lane.lane, partitions })
+    }
+
+    fn unknown_topic() -> Result<TopicLag, KafkaError> {
+        Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition))
+    }
+
+    #[test]
+    fn each_lane_watches_its_own_topic_in_the_one_group() {
+        let (interactive, bulk) = (lane(Lane::Interactive), lane(Lane::Bulk));
+        assert_eq!((interactive.topic.as_str(), interactive.group.as_str()), ("infer.m", "fleet.m"));
+        assert_eq!((bulk.topic.as_str(), bulk.group.as_str()), ("infer.m.bulk", "fleet.m"));
+    }
+
+    #[test]
+    fn a_missing_bulk_topic_is_measured_as_absent_and_comes_back() {
+        let mut bulk = lane(Lane::Bulk);
+        assert!(bulk.take(unknown_topic()), "a missing bulk topic must not make the exporter unready");
+        assert!(bulk.absent);
+        assert!(bulk.take(unknown_topic()) && bulk.absent, "still absent, still measured");
+        let created = measured(&bulk, 3);
+        assert!(bulk.take(created));
+        assert_eq!((bulk.absent, bulk.partitions.clone()), (false, vec![0, 1, 2]));
+        // Deleted again: the partitions it had are kept, to be zeroed.
+        assert!(bulk.take(unknown_topic()));
+        assert_eq!((bulk.absent, bulk.partitions.len()), (true, 3));
+    }
+
+    #[test]
+    fn a_missing_interactive_topic_or_an_unreachable_broker_is_not_measured() {
+        let mut interactive = lane(Lane::Interactive);
+        assert!(!interactive.take(unknown_topic()), "the interactive topic missing is an error");
+        assert!(!interactive.absent);
+        let mut bulk = lane(Lane::Bulk);
+        assert!(!bulk.take(Err(KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerTransportFailure))));
+        assert!(!bulk.absent);
+        let fine = measured(&interactive, 2);
+        assert!(interactive.take(fine));
+    }
 }

@@ -1,6 +1,13 @@
 //! `fleet-produce`: send texts or images to a model's topic (an image with a
-//! caption to two models at once), optionally wait for the answers, and
-//! create the fleet's topics. A thin shell over the library.
+//! caption to two models at once), on the interactive or the bulk lane,
+//! optionally wait for the answers; stream a file into the bulk lane as one
+//! job, cancel a job; create the fleet's topics. A thin shell over the
+//! library.
+
+// A subcommand's module lives in src/bin/fleet-produce/: a file directly in
+// src/bin/ would be taken by cargo for a binary of its own.
+#[path = "fleet-produce/bulk.rs"]
+mod bulk;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -8,10 +15,11 @@ use fleet_connect::acl;
 use fleet_connect::kafka::KafkaArgs;
 use fleet_connect::namespace::NamespaceArgs;
 use fleet_connect::redis::RedisConfig;
+use fleet_producer::results::DEFAULT_CANCEL_KEEP;
 use fleet_producer::summary::summarise;
 use fleet_producer::topics::{ensure_topics, TopicChange, TopicSettings};
 use fleet_producer::{BacklogGuard, FleetProducer, KafkaConfig, Request, ResultClient, SendError};
-use fleet_proto::{ContentType, ModelName, Namespace, RequestId};
+use fleet_proto::{ContentType, JobId, Lane, ModelName, Namespace, RequestId};
 use futures::future::join_all;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -29,13 +37,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Send texts (from --text and/or --file, one per line) to infer.<model>.
+    /// Send texts (from --text and/or --file, one per line) to infer.<model>
+    /// (or infer.<model>.bulk with --lane bulk).
     Send(SendArgs),
     /// Send image files to an image model; with --caption, each also goes
     /// with its caption to --text-model as one two-part request.
     Image(ImageArgs),
-    /// Create infer.<model> and infer.<model>.dlq with these settings, grow
-    /// existing ones to --partitions (never shrink), report what differs.
+    /// Stream a file of texts (one per line, or JSONL) into infer.<model>.bulk
+    /// as one job, with a progress bar; prints the job id to cancel it by.
+    Bulk(bulk::BulkArgs),
+    /// Cancel a job (ce_fleetjob): workers answer its requests `cancelled`
+    /// instead of computing them, from within a second.
+    Cancel(CancelArgs),
+    /// Create infer.<model>, infer.<model>.bulk and infer.<model>.dlq with
+    /// these settings, grow existing lanes to --partitions (never shrink),
+    /// report what differs.
     Topics(TopicArgs),
     /// Print the ACL SETUSER commands of the worker and client Redis users
     /// for this release's key prefix (put the passwords in).
@@ -48,6 +64,45 @@ struct AclArgs {
     worker_user: String,
     #[arg(long, default_value = "fleet-client")]
     client_user: String,
+}
+
+/// Which lane requests travel in and the job they belong to; the same for
+/// `send` and `image`.
+#[derive(Args)]
+struct LaneArgs {
+    /// interactive (infer.<model>: a person waits) or bulk
+    /// (infer.<model>.bulk: read with the capacity interactive work leaves).
+    #[arg(long, default_value_t = Lane::Interactive)]
+    lane: Lane,
+    /// The job the requests belong to (ce_fleetjob): `fleet-produce cancel
+    /// --job <id>` cancels them all.
+    #[arg(long)]
+    job: Option<JobId>,
+}
+
+impl LaneArgs {
+    fn apply(&self, request: Request) -> Request {
+        let request = request.in_lane(self.lane);
+        match &self.job {
+            Some(job) => request.with_job(job.clone()),
+            None => request,
+        }
+    }
+}
+
+#[derive(Args)]
+struct CancelArgs {
+    /// The job to cancel, as its requests' ce_fleetjob names it (a single
+    /// request is cancellable when it was sent with a job of its own).
+    #[arg(long)]
+    job: JobId,
+    /// How long the cancel lasts, e.g. 7d, 12h or seconds (default 7 days):
+    /// a message of the job read after it ends is computed, so keep it past
+    /// the bulk topic's retention.
+    #[arg(long, value_parser = duration_or_seconds)]
+    keep: Option<Duration>,
+    #[command(flatten)]
+    redis: RedisConfig,
 }
 
 #[derive(Args)]
@@ -69,6 +124,8 @@ struct ImageArgs {
     /// Request ids are <prefix>-<n>; default: img-<unix ms>.
     #[arg(long)]
     id_prefix: Option<String>,
+    #[command(flatten)]
+    routing: LaneArgs,
     /// Wait for the answers and print one line per request.
     #[arg(long)]
     wait: bool,
@@ -96,6 +153,8 @@ struct SendArgs {
     /// Request ids are <prefix>-<n>; default: req-<unix ms>.
     #[arg(long)]
     id_prefix: Option<String>,
+    #[command(flatten)]
+    routing: LaneArgs,
     /// Deadline relative to now, in ms (sets ce_deadline).
     #[arg(long)]
     ttl_ms: Option<u64>,
@@ -161,12 +220,41 @@ async fn main() -> Result<()> {
         }
         Command::Send(args) => send(&connect_kafka(&cli.kafka).await?, &names, args).await,
         Command::Image(args) => send_images(&connect_kafka(&cli.kafka).await?, &names, args).await,
+        Command::Bulk(args) => bulk::run(&connect_kafka(&cli.kafka).await?, &names, args).await,
+        Command::Cancel(args) => cancel(&names, args).await,
         Command::RedisAcl(args) => {
             println!("{}", acl::setuser_command(acl::Role::Worker, &args.worker_user, &names));
             println!("{}", acl::setuser_command(acl::Role::Client, &args.client_user, &names));
             Ok(())
         }
     }
+}
+
+/// `--keep`: a humantime duration (`7d`, `12h`, `90m`) or whole seconds.
+fn duration_or_seconds(raw: &str) -> Result<Duration, String> {
+    let keep = match raw.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => humantime::parse_duration(raw).map_err(|e| format!("{raw:?} is not a duration: {e}"))?,
+    };
+    // Redis keeps a key whole seconds; a cancel shorter than one is a mistake.
+    if keep < Duration::from_secs(1) {
+        return Err(format!("{raw:?} is under a second"));
+    }
+    Ok(keep)
+}
+
+async fn cancel(names: &Namespace, args: CancelArgs) -> Result<()> {
+    let keep = args.keep.unwrap_or(DEFAULT_CANCEL_KEEP);
+    let results =
+        ResultClient::connect_to(&args.redis.target()?, names.clone()).await.context("connecting to Redis")?;
+    results.cancel(&args.job, keep).await.with_context(|| format!("cancelling job {}", args.job))?;
+    println!(
+        "cancelled job {}: {} set for {}; workers answer its requests `cancelled` instead of computing them",
+        args.job,
+        names.cancel_key(&args.job),
+        humantime::format_duration(Duration::from_secs(keep.as_secs()))
+    );
+    Ok(())
 }
 
 /// The Kafka settings, checked: a wrong password or an untrusted
@@ -198,16 +286,16 @@ async fn send_images(kafka: &KafkaConfig, names: &Namespace, args: ImageArgs) ->
         } else {
             Request::image(id.clone(), content_type, bytes)
         };
-        let mut parts = vec![(&args.model, image)];
+        let mut parts = vec![(&args.model, args.routing.apply(image))];
         if let (Some(caption), Some(text_model)) = (&args.caption, &args.text_model) {
-            parts.push((text_model, Request::text(id.clone(), caption.clone())));
+            parts.push((text_model, args.routing.apply(Request::text(id.clone(), caption.clone()))));
         }
         for delivery in producer.send_fanout(&parts).await? {
             delivery.await.with_context(|| format!("delivering {id}"))?;
         }
         sent.push((id, path));
     }
-    eprintln!("sent {} images to {}", sent.len(), names.topic(&args.model));
+    eprintln!("sent {} images to {}", sent.len(), names.lane_topic(&args.model, args.routing.lane));
     if !args.wait {
         return Ok(());
     }
@@ -266,7 +354,7 @@ async fn send(kafka: &KafkaConfig, names: &Namespace, args: SendArgs) -> Result<
         .enumerate()
         .map(|(n, text)| {
             let id = RequestId::parse(&format!("{prefix}-{n}")).context("building a request id from --id-prefix")?;
-            let request = Request::text(id, text.clone());
+            let request = args.routing.apply(Request::text(id, text.clone()));
             Ok(match args.ttl_ms {
                 Some(ttl) => request.with_deadline_ms(now_ms + ttl),
                 None => request,
@@ -300,7 +388,8 @@ async fn send(kafka: &KafkaConfig, names: &Namespace, args: SendArgs) -> Result<
     for (request, delivered) in requests.iter().zip(join_all(pending).await) {
         delivered.with_context(|| format!("delivering {}", request.id))?;
     }
-    eprintln!("sent {} requests to {} in {:.2?}", requests.len(), names.topic(&args.model), started.elapsed());
+    let topic = names.lane_topic(&args.model, args.routing.lane);
+    eprintln!("sent {} requests to {topic} in {:.2?}", requests.len(), started.elapsed());
     if let Some(e) = &overloaded {
         eprintln!("refused the remaining {}: {e}", texts.len() - requests.len());
     }
@@ -358,6 +447,45 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn send_and_image_take_a_lane_and_a_job() {
+        let cli = Cli::try_parse_from(["fleet-produce", "send", "--model", "m", "--text", "t"]).unwrap();
+        let Command::Send(args) = cli.command else { panic!("not send") };
+        assert_eq!((args.routing.lane, args.routing.job), (Lane::Interactive, None));
+        let image = ["fleet-produce", "image", "--model", "m", "a.png", "--lane", "bulk", "--job", "j-1"];
+        let Command::Image(args) = Cli::try_parse_from(image).unwrap().command else { panic!("not image") };
+        assert_eq!(args.routing.lane, Lane::Bulk);
+        let request = args.routing.apply(Request::text(RequestId::parse("r").unwrap(), "t"));
+        assert_eq!((request.lane, request.job.as_ref().map(JobId::as_str)), (Lane::Bulk, Some("j-1")));
+        for bad in [["--lane", "urgent"], ["--job", "a job"]] {
+            let args = ["fleet-produce", "send", "--model", "m", "--text", "t", bad[0], bad[1]];
+            assert!(Cli::try_parse_from(args).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_cancel_lasts_a_week_unless_told_in_a_duration_or_seconds() {
+        fn keep(extra: &[&str]) -> Duration {
+            let args = [&["fleet-produce", "cancel", "--job", "j-1"][..], extra].concat();
+            let Command::Cancel(args) = Cli::try_parse_from(args).unwrap().command else { panic!("not cancel") };
+            args.keep.unwrap_or(DEFAULT_CANCEL_KEEP)
+        }
+        assert_eq!(keep(&[]), Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(keep(&["--keep", "3600"]), Duration::from_secs(3600));
+        assert_eq!(keep(&["--keep", "12h"]), Duration::from_secs(12 * 3600));
+        assert_eq!(keep(&["--keep", "7days"]), DEFAULT_CANCEL_KEEP);
+        for bad in ["0", "500ms", "soon", "-5"] {
+            assert!(duration_or_seconds(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn bulk_needs_a_file_and_takes_a_job() {
+        assert!(Cli::try_parse_from(["fleet-produce", "bulk", "--model", "m"]).is_err());
+        let args = ["fleet-produce", "bulk", "--model", "m", "--file", "texts.jsonl", "--jsonl", "--job", "reembed-1"];
+        assert!(matches!(Cli::try_parse_from(args).map(|c| c.command), Ok(Command::Bulk(_))));
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub struct WorkerArgs {
     /// Most bytes (key + value + headers) held between reading and answering.
     #[arg(long, env = "FLEET_MAX_IN_FLIGHT_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_in_flight_bytes: usize,
+    /// The bulk lane's (infer.<model>.bulk) least share of the messages read
+    /// and of the batches run while interactive work waits too: interactive
+    /// requests go first, and a backfill still always ends.
+    #[arg(long, env = "FLEET_BULK_SHARE", default_value_t = 0.1, value_parser = parse_share)]
+    pub bulk_share: f64,
     /// Adaptive in-flight limit: the most it shrinks to (its ceiling is
     /// --max-in-flight).
     #[arg(long, env = "FLEET_MIN_IN_FLIGHT", default_value_t = 64)]
@@ -152,6 +157,15 @@ pub fn default_intra_op_threads(cores: usize) -> usize {
     cores.saturating_sub(1).max(1)
 }
 
+/// Bulk's least share of the contested turns: above 0 (bulk must never
+/// starve) and at most a half (past it, bulk would go first).
+fn parse_share(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(share) if share > 0.0 && share <= 0.5 => Ok(share),
+        _ => Err(format!("{raw:?} is not a share in (0, 0.5], e.g. 0.1")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +174,14 @@ mod tests {
     fn the_model_gets_all_cores_but_one() {
         assert_eq!((default_intra_op_threads(1), default_intra_op_threads(2)), (1, 1));
         assert_eq!(default_intra_op_threads(8), 7);
+    }
+
+    #[test]
+    fn a_share_is_within_zero_and_one() {
+        assert_eq!(parse_share("0.1"), Ok(0.1));
+        assert_eq!(parse_share("0.5"), Ok(0.5));
+        for bad in ["0", "-0.1", "0.6", "1", "ten", "NaN"] {
+            assert!(parse_share(bad).is_err(), "{bad} accepted");
+        }
     }
 }

@@ -189,16 +189,44 @@ impl BatchingConfig {
 pub struct TtlConfig {
     #[serde(default = "default_request_ttl_ms")]
     pub request_ttl_ms: u64,
+    /// The bulk lane's deadline when the producer set none: a backfill is
+    /// worth computing hours later, an interactive request is not.
+    #[serde(default = "default_bulk_request_ttl_ms")]
+    pub bulk_request_ttl_ms: u64,
     #[serde(default = "default_result_ttl_s")]
     pub result_ttl_s: u64,
     #[serde(default = "default_feature_ttl_s")]
     pub feature_ttl_s: u64,
 }
 
+/// The deadline a request gets when its producer set none, by lane:
+/// `ce_time` + this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestTtls {
+    pub interactive_ms: u64,
+    pub bulk_ms: u64,
+}
+
+impl RequestTtls {
+    pub fn of(self, lane: fleet_proto::Lane) -> u64 {
+        match lane {
+            fleet_proto::Lane::Interactive => self.interactive_ms,
+            fleet_proto::Lane::Bulk => self.bulk_ms,
+        }
+    }
+}
+
+impl TtlConfig {
+    pub fn request_ttls(&self) -> RequestTtls {
+        RequestTtls { interactive_ms: self.request_ttl_ms, bulk_ms: self.bulk_request_ttl_ms }
+    }
+}
+
 impl Default for TtlConfig {
     fn default() -> Self {
         Self {
             request_ttl_ms: default_request_ttl_ms(),
+            bulk_request_ttl_ms: default_bulk_request_ttl_ms(),
             result_ttl_s: default_result_ttl_s(),
             feature_ttl_s: default_feature_ttl_s(),
         }
@@ -225,6 +253,9 @@ fn default_memory_fraction() -> f64 {
 }
 fn default_request_ttl_ms() -> u64 {
     30_000
+}
+fn default_bulk_request_ttl_ms() -> u64 {
+    24 * 3600 * 1000
 }
 fn default_result_ttl_s() -> u64 {
     30
@@ -384,6 +415,7 @@ impl ModelConfig {
         }
         for (key, value) in [
             ("ttl.request_ttl_ms", self.ttl.request_ttl_ms),
+            ("ttl.bulk_request_ttl_ms", self.ttl.bulk_request_ttl_ms),
             ("ttl.result_ttl_s", self.ttl.result_ttl_s),
             ("ttl.feature_ttl_s", self.ttl.feature_ttl_s),
         ] {

@@ -15,6 +15,7 @@ use crate::shutdown::Shutdown;
 use crate::stages::source::Source;
 use crate::versions::handover::VersionTtls;
 use fleet_proto::clock::now_ms;
+use fleet_proto::Lane;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,12 +183,15 @@ impl StatusReporter {
         }
     }
 
+    /// Each lane's lag (a bulk topic not created yet has none to publish).
     async fn report_lag(&self) {
-        let probe = self.source.clone();
-        match tokio::task::spawn_blocking(move || probe.lag(Duration::from_secs(2))).await {
-            Ok(Ok(lag)) => fleet_ops::probe::publish(&lag),
-            Ok(Err(e)) => tracing::debug!(error = %e, "lag not measured"),
-            Err(e) => tracing::warn!(error = %e, "lag probe panicked"),
+        for lane in Lane::ALL {
+            let probe = self.source.clone();
+            match tokio::task::spawn_blocking(move || probe.lag(lane, Duration::from_secs(2))).await {
+                Ok(Ok(lag)) => fleet_ops::probe::publish(&lag),
+                Ok(Err(e)) => tracing::debug!(error = %e, %lane, "lag not measured"),
+                Err(e) => tracing::warn!(error = %e, "lag probe panicked"),
+            }
         }
     }
 }

@@ -10,7 +10,7 @@
 //! (limits, batching, module, TTLs) and every one after wholly by the new.
 //! The answers' TTLs follow the version that answers ([`VersionTtls`]).
 
-use crate::config::model::TtlConfig;
+use crate::config::model::{RequestTtls, TtlConfig};
 use crate::guard;
 use crate::stages::admission::intake::Intake;
 use crate::stages::batch::bucket::BucketLimits;
@@ -28,7 +28,7 @@ pub struct Handover {
     pub task_tag: String,
     /// The admission stage's: how requests are judged and prepared.
     pub intake: Option<Intake>,
-    pub request_ttl_ms: u64,
+    pub request_ttls: RequestTtls,
     /// The batch stage's: its limits, and the row caps the warm-up found.
     pub limits: BucketLimits,
     pub row_caps: Vec<(usize, usize)>,

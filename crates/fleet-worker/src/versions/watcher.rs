@@ -156,7 +156,7 @@ impl Watcher {
                 precision: warmed.loaded.model.precision,
                 task_tag: warmed.loaded.model.task_tag.clone(),
                 intake: Some(prepared.intake),
-                request_ttl_ms: config.ttl.request_ttl_ms,
+                request_ttls: config.ttl.request_ttls(),
                 limits,
                 row_caps: warmed.warm.row_caps,
                 loaded: Some(warmed.loaded),

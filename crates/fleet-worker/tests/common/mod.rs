@@ -183,10 +183,11 @@ impl Worker {
             eprintln!("the worker under test exports no fleet_assigned_partitions; waited for /ready only");
             return;
         }
+        let interactive = [("lane", "interactive")];
         let owned = self
-            .wait_for_metric("fleet_assigned_partitions", &[], f64::from(partitions), Duration::from_secs(60))
+            .wait_for_metric("fleet_assigned_partitions", &interactive, f64::from(partitions), Duration::from_secs(60))
             .await;
-        assert_eq!(owned, f64::from(partitions), "the worker owns {owned} of {partitions} partitions");
+        assert_eq!(owned, f64::from(partitions), "the worker owns {owned} of {partitions} interactive partitions");
     }
 
     /// SIGTERM, then wait: the worker drains and commits before it exits.

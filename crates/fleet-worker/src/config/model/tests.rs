@@ -26,6 +26,7 @@ const GOOD: &str = r#"
 fn defaults_fill_ttls_and_text_limits() {
     let c = parse(GOOD).unwrap();
     assert_eq!((c.ttl.request_ttl_ms, c.ttl.result_ttl_s, c.ttl.feature_ttl_s), (30_000, 30, 300));
+    assert_eq!(c.ttl.bulk_request_ttl_ms, 24 * 3600 * 1000);
     let text = c.text().unwrap();
     assert!(text.truncate);
     assert_eq!(text.max_text_bytes, 65536);

@@ -15,6 +15,18 @@ pub struct FlowLimits {
     pub low_water_percent: usize,
 }
 
+impl FlowLimits {
+    /// `percent` of both limits (at least 1 each): the bulk lane's share of
+    /// what the worker may hold.
+    pub fn share(self, percent: usize) -> Self {
+        Self {
+            max_messages: (self.max_messages * percent / 100).max(1),
+            max_bytes: (self.max_bytes * percent / 100).max(1),
+            ..self
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
     Pause,
@@ -68,6 +80,13 @@ mod tests {
 
     fn gate() -> FlowGate {
         FlowGate::new(FlowLimits { max_messages: 100, max_bytes: 1000, low_water_percent: 50 })
+    }
+
+    #[test]
+    fn a_share_scales_both_limits_and_keeps_at_least_one() {
+        let limits = FlowLimits { max_messages: 100, max_bytes: 1000, low_water_percent: 50 };
+        assert_eq!(limits.share(75), FlowLimits { max_messages: 75, max_bytes: 750, low_water_percent: 50 });
+        assert_eq!(limits.share(0).max_messages, 1);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct ImageDecode {
     pub id: RequestId,
     pub created_ms: u64,
     pub deadline_ms: u64,
+    /// The job it belongs to (`ce_fleetjob`).
+    pub job: Option<fleet_proto::JobId>,
     /// Probed from the bytes: format and canvas size.
     pub header: Header,
     pub bytes: Vec<u8>,
@@ -74,7 +76,8 @@ impl ImageDecode {
             let answer = match decoded {
                 Ok(Ok(pixels)) => {
                     let input = ModelInput::Pixels(pixels);
-                    let job = Job::new(self.position, self.id, input, self.created_ms, self.deadline_ms);
+                    let job =
+                        Job::new(self.position, self.id, input, self.created_ms, self.deadline_ms).in_job(self.job);
                     let _ = out.jobs.send(Piped::Work(job)).await;
                     return;
                 }

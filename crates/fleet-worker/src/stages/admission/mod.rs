@@ -35,7 +35,7 @@ use crate::stages::source::Inbox;
 use crate::status::health::Health;
 use crate::versions::handover::{Handover, Piped};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{ErrorCode, Status};
+use fleet_proto::{ErrorCode, Lane, Status};
 use flow::{FlowGate, FlowLimits, Transition};
 use image::DecodeOutlets;
 use in_flight_limit::InFlightLimit;
@@ -44,6 +44,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+
+/// The most of the in-flight limit the bulk lane may hold, in percent: the
+/// rest is kept for interactive requests, which are then read at once
+/// however large the backfill behind them (the batch stage puts them first).
+const BULK_HOLD_PERCENT: usize = 75;
 
 /// How often an idle stage looks at its bounds again.
 const GATE_RECHECK: Duration = Duration::from_millis(250);
@@ -87,6 +92,7 @@ impl AdmissionStage {
 
     async fn read(&mut self, decodes: &mut JoinSet<()>) -> Ended {
         let mut gate = FlowGate::new(self.flow);
+        let mut bulk_gate = FlowGate::new(self.flow.share(BULK_HOLD_PERCENT));
         let paused_gauge = metrics::gauge!(CONSUMER_PAUSED);
         let outlets =
             DecodeOutlets { model: self.policy.model.clone(), jobs: self.jobs.clone(), sink: self.sink.clone() };
@@ -94,7 +100,9 @@ impl AdmissionStage {
         let mut blocked = false;
         let mut watched = true;
         loop {
-            self.apply_feedback(&mut gate);
+            self.apply_feedback(&mut gate, &mut bulk_gate);
+            // Bytes are bounded by the gate of both lanes.
+            bulk_gate.update(self.inbox.held_in(Lane::Bulk), 0);
             let (messages, bytes) = self.inbox.held();
             match gate.update(messages, bytes) {
                 Some(Transition::Pause) => tracing::info!(messages, bytes, "in-flight limit reached; reading stops"),
@@ -133,7 +141,7 @@ impl AdmissionStage {
             }
             let inbound = tokio::select! {
                 _ = self.shutdown.recv() => return Ended::Shutdown,
-                received = self.inbox.recv() => match received {
+                received = self.inbox.recv(!bulk_gate.is_paused()) => match received {
                     Some(inbound) => inbound,
                     None => return Ended::PipelineClosed,
                 },
@@ -144,11 +152,14 @@ impl AdmissionStage {
                     continue;
                 }
                 // Looks at the bounds again now and then while nothing
-                // arrives (`recv` is cancel-safe: nothing is lost).
-                _ = tokio::time::sleep(GATE_RECHECK) => continue,
+                // arrives (`recv` is cancel-safe: nothing is lost); soon
+                // while the bulk lane waits for room, so it resumes as
+                // soon as its holdings fall (the engine idles otherwise).
+                _ = tokio::time::sleep(if bulk_gate.is_paused() { PAUSED_RECHECK } else { GATE_RECHECK }) => continue,
             };
             let span = tracing::debug_span!(
                 "message",
+                lane = inbound.position.lane.as_str(),
                 partition = inbound.position.partition,
                 offset = inbound.position.offset
             );
@@ -184,7 +195,7 @@ impl AdmissionStage {
         if let Some(intake) = handover.intake.take() {
             self.policy.intake = intake;
         }
-        self.policy.request_ttl_ms = handover.request_ttl_ms;
+        self.policy.request_ttls = handover.request_ttls;
         self.policy.version = handover.version;
         tracing::info!(version = handover.version, "admitting for the next version from here on");
         tokio::select! {
@@ -194,11 +205,12 @@ impl AdmissionStage {
     }
 
     /// Moves the message limit by the batches timed since the last look.
-    fn apply_feedback(&mut self, gate: &mut FlowGate) {
+    fn apply_feedback(&mut self, gate: &mut FlowGate, bulk_gate: &mut FlowGate) {
         while let Ok(held) = self.held.try_recv() {
             if let Some(limit) = self.in_flight.as_mut() {
                 let now = limit.observe(held.held_ms, held.first_read_ms, now_ms());
                 gate.set_max_messages(now);
+                bulk_gate.set_max_messages((now * BULK_HOLD_PERCENT / 100).max(1));
                 metrics::gauge!(IN_FLIGHT_LIMIT).set(now as f64);
             }
         }
@@ -211,7 +223,7 @@ impl AdmissionStage {
             Admitted::Decode(decode) => decode.start(outlets, decodes).await,
             Admitted::Answer(finished) => {
                 if finished.answer.status == Status::Expired {
-                    metrics::counter!(TTL_DROPPED_TOTAL).increment(1);
+                    metrics::counter!(TTL_DROPPED_TOTAL, "lane" => finished.position.lane.as_str()).increment(1);
                 }
                 self.sink.send(SinkItem::Answers(vec![finished])).await.is_ok()
             }

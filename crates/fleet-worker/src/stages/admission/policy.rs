@@ -11,11 +11,14 @@
 use super::image::{image_error_code, ImageDecode};
 use super::intake::Intake;
 use super::tokenize::{TextTokenizer, TokenizeError};
+use crate::config::model::RequestTtls;
 use crate::job::{error_answer, timings, DeadLetter, Finished, Job, MALFORMED_HEADER};
+use crate::stages::cancel::CancelledJobs;
 use crate::stages::engine::input::{ModelInput, PairRow};
 use crate::stages::source::message::{Inbound, Position};
 use fleet_image::{Format, ImageLimits};
 use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId, RerankRequest};
+use std::sync::Arc;
 
 /// What admission needs to know about the model it admits for.
 pub struct AdmissionPolicy {
@@ -24,8 +27,11 @@ pub struct AdmissionPolicy {
     /// version's (tagged with it, kept for its TTL), from its handover on.
     pub version: u64,
     pub intake: Intake,
-    /// The deadline when the producer set none: `ce_time` + this.
-    pub request_ttl_ms: u64,
+    /// The deadline when the producer set none, by lane: `ce_time` + this.
+    pub request_ttls: RequestTtls,
+    /// Jobs this worker knows are cancelled: their requests are answered
+    /// `cancelled` here, before they are even tokenized.
+    pub cancelled: Arc<CancelledJobs>,
 }
 
 /// Where an admitted message goes next.
@@ -35,7 +41,7 @@ pub enum Admitted {
     Job(Job),
     /// An image whose header passed: decoded next, under the budget.
     Decode(ImageDecode),
-    /// Answered without compute: an `error` or `expired` answer.
+    /// Answered without compute: an `error`, `expired` or `cancelled` answer.
     Answer(Finished),
     /// No readable request id: only the dead-letter topic can take it.
     DeadLetter(DeadLetter),
@@ -70,7 +76,16 @@ impl AdmissionPolicy {
                 }
             }
         };
-        let deadline_ms = envelope.effective_deadline_ms(self.request_ttl_ms);
+        if let Some(job) = &envelope.job {
+            if self.cancelled.is_known(job) {
+                let t = timings(Some(envelope.created_ms), None, now_ms);
+                let answer = Answer::cancelled(self.model.as_str(), self.version, t);
+                return Admitted::Answer(Finished { position, id: envelope.id, answer, feature: None });
+            }
+            // Watched from now on: a cancel is learned while it is held.
+            self.cancelled.note_active(job, now_ms);
+        }
+        let deadline_ms = envelope.effective_deadline_ms(self.request_ttls.of(position.lane));
         if deadline_ms <= now_ms {
             let t = timings(Some(envelope.created_ms), None, now_ms);
             let answer = Answer::expired(self.model.as_str(), self.version, t);
@@ -93,6 +108,7 @@ impl AdmissionPolicy {
                         id: envelope.id,
                         created_ms: envelope.created_ms,
                         deadline_ms,
+                        job: envelope.job,
                         header,
                         bytes: inbound.payload.take().unwrap_or_default(),
                         decoding: decoding.clone(),
@@ -128,7 +144,9 @@ impl AdmissionPolicy {
             Ok(tokens) => {
                 let input = ModelInput::Tokens { ids: tokens.ids, truncated: tokens.truncated };
                 let Request { position, envelope, deadline_ms, .. } = request;
-                Admitted::Job(Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms))
+                Admitted::Job(
+                    Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms).in_job(envelope.job),
+                )
             }
             Err(e) => {
                 let code = match e {
@@ -168,7 +186,9 @@ impl AdmissionPolicy {
         match pair_rows(&rerank, max_text_bytes, max_documents, tokenizer) {
             Ok(input) => {
                 let Request { position, envelope, deadline_ms, .. } = request;
-                Admitted::Job(Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms))
+                Admitted::Job(
+                    Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms).in_job(envelope.job),
+                )
             }
             Err((code, message)) => self.refuse_request(&request, code, message),
         }

@@ -16,7 +16,15 @@
 //! earliest deadline goes first. A request whose deadline has passed, or
 //! cannot be met given the measured inference time of its bucket, leaves as
 //! expired and is never handed to the model. Within a bucket, order is FIFO.
+//!
+//! Lanes: within a bucket, interactive requests stand before bulk ones (FIFO
+//! within each lane), so a batch takes bulk rows only where interactive rows
+//! do not fill it. Of the due buckets, those with interactive requests go
+//! first, except that bulk-only ones keep their minimum share of batches
+//! while both kinds are due ([`LaneShare`]).
 
+use crate::stages::source::lanes::LaneShare;
+use fleet_proto::Lane;
 use std::collections::VecDeque;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +122,7 @@ struct Held<T> {
     rows: usize,
     arrived_ms: u64,
     deadline_ms: u64,
+    lane: Lane,
 }
 
 /// A batch leaving the batcher: one bucket, FIFO order.
@@ -128,14 +137,26 @@ pub struct Batch<T> {
 impl<T> Batch<T> {
     /// Keeps only the rows `keep` accepts; returns how many were dropped.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
-        let before = self.items.len();
+        self.remove_where(|item| !keep(item)).len()
+    }
+
+    /// Takes out the rows `remove` picks, in order.
+    pub fn remove_where(&mut self, mut remove: impl FnMut(&T) -> bool) -> Vec<T> {
+        let mut removed = Vec::new();
         let (items, lens) = std::mem::take(&mut self.items)
             .into_iter()
             .zip(std::mem::take(&mut self.lens))
-            .filter(|(item, _)| keep(item))
+            .filter_map(|(item, len)| {
+                if remove(&item) {
+                    removed.push(item);
+                    None
+                } else {
+                    Some((item, len))
+                }
+            })
             .unzip();
         (self.items, self.lens) = (items, lens);
-        before - self.items.len()
+        removed
     }
 
     pub fn padded_len(&self) -> usize {
@@ -175,7 +196,16 @@ pub struct BucketBatcher<T> {
     /// memory (`cap_rows`); `max_batch_size` until then.
     row_caps: Vec<usize>,
     held: usize,
+    /// Which lane's due bucket goes when both have one.
+    lanes: LaneShare,
+    /// While set, bulk-only buckets are not due on their own (the engine
+    /// has work ahead): they go only for their share of the turns while
+    /// interactive batches are due, and only their deadlines wake a poll.
+    bulk_held_back: bool,
 }
+
+/// Bulk's share of batches while both lanes have one due, unless set.
+pub const DEFAULT_BULK_SHARE: f64 = 0.1;
 
 impl<T> BucketBatcher<T> {
     pub fn new(limits: BucketLimits) -> Self {
@@ -186,7 +216,49 @@ impl<T> BucketBatcher<T> {
             row_caps: vec![limits.max_batch_size; n],
             limits,
             held: 0,
+            lanes: LaneShare::new(DEFAULT_BULK_SHARE),
+            bulk_held_back: false,
         }
+    }
+
+    /// Holds bulk-only batches back (`true`) or lets them go (`false`);
+    /// [`flush`](Self::flush) forms them anyway.
+    pub fn hold_back_bulk(&mut self, held_back: bool) {
+        self.bulk_held_back = held_back;
+    }
+
+    /// Where `lane`'s requests begin in the bucket's queue (interactive
+    /// ones stand first); `None` when it holds none of them.
+    fn lane_start(&self, bucket: usize, lane: Lane) -> Option<usize> {
+        let queue = &self.buckets[bucket];
+        match lane {
+            Lane::Interactive => queue.front().filter(|h| h.lane == Lane::Interactive).map(|_| 0),
+            Lane::Bulk => queue.iter().position(|h| h.lane == Lane::Bulk),
+        }
+    }
+
+    /// Whether a batch of `lane`'s requests of the bucket is due: full (an
+    /// interactive one counting the bulk rows that fill it), or its oldest
+    /// has waited the bucket's `max_wait_ms`.
+    fn lane_due(&self, bucket: usize, lane: Lane, now_ms: u64) -> bool {
+        let Some(from) = self.lane_start(bucket, lane) else { return false };
+        let waited_out = self.buckets[bucket][from].arrived_ms + self.limits.max_wait_ms[bucket] <= now_ms;
+        waited_out || self.next_batch_rows(bucket, from).1
+    }
+
+    /// The buckets with a batch of `lane` due (with any of its requests,
+    /// when `force`).
+    fn due_in(&self, lane: Lane, now_ms: u64, force: bool) -> Vec<usize> {
+        (0..self.buckets.len())
+            .filter(|&b| if force { self.lane_start(b, lane).is_some() } else { self.lane_due(b, lane, now_ms) })
+            .collect()
+    }
+
+    /// Bulk-only batches get `share` of the batches while interactive ones
+    /// are due too.
+    pub fn with_bulk_share(mut self, share: f64) -> Self {
+        self.lanes = LaneShare::new(share);
+        self
     }
 
     pub fn limits(&self) -> &BucketLimits {
@@ -209,20 +281,41 @@ impl<T> BucketBatcher<T> {
     /// request's pairs): it counts that many rows against the batch limits,
     /// and its rows are never split across batches.
     pub fn push_rows(&mut self, item: T, len: usize, rows: usize, deadline_ms: u64, now_ms: u64) {
+        self.push_in_lane(item, len, rows, deadline_ms, now_ms, Lane::Interactive);
+    }
+
+    /// [`push_rows`](Self::push_rows) for a request of `lane`: an
+    /// interactive one stands before every bulk one of its bucket.
+    pub fn push_in_lane(&mut self, item: T, len: usize, rows: usize, deadline_ms: u64, now_ms: u64, lane: Lane) {
         let bucket = self.limits.bucket_of(len);
-        self.buckets[bucket].push_back(Held { item, len, rows: rows.max(1), arrived_ms: now_ms, deadline_ms });
+        let held = Held { item, len, rows: rows.max(1), arrived_ms: now_ms, deadline_ms, lane };
+        let queue = &mut self.buckets[bucket];
+        match lane {
+            Lane::Bulk => queue.push_back(held),
+            Lane::Interactive => {
+                let first_bulk = queue.iter().position(|h| h.lane == Lane::Bulk).unwrap_or(queue.len());
+                queue.insert(first_bulk, held);
+            }
+        }
         self.held += 1;
     }
 
     /// Keeps only the held requests `keep` accepts (work of partitions
     /// revoked since it was read goes); returns how many were dropped.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
-        let before = self.held;
+        self.remove_where(|item| !keep(item)).len()
+    }
+
+    /// Takes out the held requests `remove` picks (a cancelled job's).
+    pub fn remove_where(&mut self, mut remove: impl FnMut(&T) -> bool) -> Vec<T> {
+        let mut removed = Vec::new();
         for queue in &mut self.buckets {
-            queue.retain(|held| keep(&held.item));
+            let (gone, kept): (VecDeque<_>, VecDeque<_>) = queue.drain(..).partition(|held| remove(&held.item));
+            *queue = kept;
+            removed.extend(gone.into_iter().map(|held| held.item));
         }
-        self.held = self.buckets.iter().map(VecDeque::len).sum();
-        before - self.held
+        self.held -= removed.len();
+        removed
     }
 
     /// Feeds back how long a batch of `bucket` took, so deadlines that
@@ -269,10 +362,17 @@ impl<T> BucketBatcher<T> {
 
     fn poll_inner(&mut self, now_ms: u64, force: bool) -> Polled<T> {
         let expired = self.expire(now_ms);
-        let chosen = (0..self.buckets.len())
-            .filter(|&b| !self.buckets[b].is_empty() && (force || self.is_due(b, now_ms)))
-            .min_by_key(|&b| (self.earliest_deadline(b), b));
-        let batch = chosen.map(|b| self.take_batch(b));
+        let (interactive, bulk) =
+            (self.due_in(Lane::Interactive, now_ms, force), self.due_in(Lane::Bulk, now_ms, force));
+        // Held back, bulk still takes the turns its share is owed while
+        // interactive work is due too: held back alone, it would starve.
+        let bulk_due = !bulk.is_empty() && (force || !self.bulk_held_back || !interactive.is_empty());
+        let chosen = self.lanes.pick(!interactive.is_empty(), bulk_due).and_then(|lane| {
+            let due = if lane == Lane::Interactive { &interactive } else { &bulk };
+            let bucket = due.iter().copied().min_by_key(|&b| (self.earliest_deadline(b, lane), b))?;
+            Some((bucket, self.lane_start(bucket, lane)?))
+        });
+        let batch = chosen.map(|(bucket, from)| self.take_batch(bucket, from));
         let wake_at_ms = self.next_wake_ms(now_ms);
         Polled { expired, batch, wake_at_ms }
     }
@@ -297,14 +397,15 @@ impl<T> BucketBatcher<T> {
         expired
     }
 
-    /// How many of the bucket's oldest requests the next batch takes (their
-    /// rows within the limits; the first always goes, alone if it must), and
-    /// whether that batch is full (a budget, not the queue, stopped it).
-    fn next_batch_rows(&self, bucket: usize) -> (usize, bool) {
+    /// How many of the bucket's oldest requests from position `from` on the
+    /// next batch takes (their rows within the limits; the first always
+    /// goes, alone if it must), and whether that batch is full (a budget,
+    /// not the queue, stopped it).
+    fn next_batch_rows(&self, bucket: usize, from: usize) -> (usize, bool) {
         let queue = &self.buckets[bucket];
         let cap = self.row_cap(bucket);
         let (mut longest, mut rows) = (0, 0);
-        for (taken, held) in queue.iter().enumerate() {
+        for (taken, held) in queue.iter().skip(from).enumerate() {
             let padded = longest.max(held.len);
             let with = rows + held.rows;
             if taken > 0 && (with > cap || !self.limits.fits(with, padded)) {
@@ -312,28 +413,29 @@ impl<T> BucketBatcher<T> {
             }
             (longest, rows) = (padded, with);
         }
-        (queue.len(), rows >= cap)
+        (queue.len().saturating_sub(from), rows >= cap)
     }
 
     /// Whether [`poll`](Self::poll) at `now_ms` would release a batch
     /// (given nothing expires first).
     pub fn has_due_batch(&self, now_ms: u64) -> bool {
-        (0..self.buckets.len()).any(|b| !self.buckets[b].is_empty() && self.is_due(b, now_ms))
+        let due = |lane| (0..self.buckets.len()).any(|b| self.lane_due(b, lane, now_ms));
+        due(Lane::Interactive) || (!self.bulk_held_back && due(Lane::Bulk))
     }
 
-    fn is_due(&self, bucket: usize, now_ms: u64) -> bool {
-        let waited_out =
-            self.buckets[bucket].front().is_some_and(|h| h.arrived_ms + self.limits.max_wait_ms[bucket] <= now_ms);
-        waited_out || self.next_batch_rows(bucket).1
+    /// Whether any request of `lane` is held.
+    pub fn holds(&self, lane: Lane) -> bool {
+        (0..self.buckets.len()).any(|b| self.lane_start(b, lane).is_some())
     }
 
-    fn earliest_deadline(&self, bucket: usize) -> u64 {
-        self.buckets[bucket].iter().map(|h| h.deadline_ms).min().unwrap_or(u64::MAX)
+    /// The earliest deadline among the bucket's requests of `lane`.
+    fn earliest_deadline(&self, bucket: usize, lane: Lane) -> u64 {
+        self.buckets[bucket].iter().filter(|h| h.lane == lane).map(|h| h.deadline_ms).min().unwrap_or(u64::MAX)
     }
 
-    fn take_batch(&mut self, bucket: usize) -> Batch<T> {
-        let (rows, _) = self.next_batch_rows(bucket);
-        let taken: Vec<Held<T>> = self.buckets[bucket].drain(..rows).collect();
+    fn take_batch(&mut self, bucket: usize, from: usize) -> Batch<T> {
+        let (rows, _) = self.next_batch_rows(bucket, from);
+        let taken: Vec<Held<T>> = self.buckets[bucket].drain(from..from + rows).collect();
         self.held -= taken.len();
         let lens = taken.iter().map(|h| h.len).collect();
         Batch { bucket, items: taken.into_iter().map(|h| h.item).collect(), lens }
@@ -344,8 +446,15 @@ impl<T> BucketBatcher<T> {
     pub fn next_wake_ms(&self, now_ms: u64) -> Option<u64> {
         (0..self.buckets.len())
             .filter_map(|b| {
-                let wait_ends = self.buckets[b].front()?.arrived_ms + self.limits.max_wait_ms[b];
-                Some(wait_ends.min(self.first_infeasible_ms(b)?).max(now_ms))
+                let wait_ends = |lane| {
+                    let from = self.lane_start(b, lane)?;
+                    Some(self.buckets[b][from].arrived_ms + self.limits.max_wait_ms[b])
+                };
+                // Held-back bulk's wait has no say: letting it go is what
+                // the engine's draining decides.
+                let bulk_wait = if self.bulk_held_back { None } else { wait_ends(Lane::Bulk) };
+                let waits = [wait_ends(Lane::Interactive), bulk_wait].into_iter().flatten().min().unwrap_or(u64::MAX);
+                Some(waits.min(self.first_infeasible_ms(b)?).max(now_ms))
             })
             .min()
     }

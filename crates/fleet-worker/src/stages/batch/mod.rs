@@ -15,15 +15,18 @@
 //! sent ahead of it, so no batch mixes two versions' requests or limits.
 
 pub mod bucket;
+pub mod downstream;
 
-use crate::job::{timings, Finished, Job, SinkItem};
+use crate::job::{cancelled_answer, timings, Finished, Job, SinkItem};
 use crate::metrics::{BATCH_ROW_CAP, TTL_DROPPED_TOTAL};
+use crate::stages::cancel::CancelledJobs;
 use crate::stages::engine::BatchFeedback;
 use crate::stages::source::Ledger;
 use crate::versions::handover::{Handover, Piped};
 use bucket::{Batch, BucketBatcher, BucketLimits};
+use downstream::BatchesAhead;
 use fleet_proto::clock::now_ms;
-use fleet_proto::{Answer, ModelName};
+use fleet_proto::{Answer, Lane, ModelName};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -45,14 +48,23 @@ pub struct BatchStage {
     /// Which partitions this worker owns: work of revoked ones is dropped
     /// before compute (their next owner reads it again).
     pub ledger: Arc<Ledger>,
+    /// Jobs known to be cancelled: what the stage holds of one is answered
+    /// `cancelled` as soon as the cancel is learned.
+    pub cancelled: Arc<CancelledJobs>,
+    /// The bulk lane's least share of batches while both lanes have one due.
+    pub bulk_share: f64,
+    /// Batches handed on and not finished: a bulk-only batch goes only
+    /// when there is none.
+    pub ahead: Arc<BatchesAhead>,
 }
 
 impl BatchStage {
     pub async fn run(mut self) {
-        let mut batcher: BucketBatcher<Job> = BucketBatcher::new(self.limits.clone());
+        let mut batcher: BucketBatcher<Job> = BucketBatcher::new(self.limits.clone()).with_bulk_share(self.bulk_share);
         publish_row_caps(&batcher);
         let mut open = true;
         let mut revocations_seen = self.ledger.revocations();
+        let mut cancels = self.cancelled.subscribe();
         while open || !batcher.is_empty() {
             self.apply_feedback(&mut batcher);
             match take_waiting_jobs(&mut self.jobs, &self.ledger, &mut batcher) {
@@ -70,12 +82,22 @@ impl BatchStage {
                 revocations_seen = revocations;
                 self.ledger.note_dropped(batcher.retain(|job| self.ledger.is_current(&job.position)));
             }
+            if cancels.has_changed().unwrap_or(false) {
+                cancels.borrow_and_update();
+                let cancelled = batcher.remove_where(|job| !self.cancelled.allows(job));
+                if !self.answer_cancelled(cancelled).await {
+                    return;
+                }
+            }
             let now = now_ms();
             if !self.answer_expired(batcher.expire(now), now).await {
                 return;
             }
+            batcher.hold_back_bulk(open && !self.ahead.is_empty());
             // Once the input is closed, whatever is held goes without waiting.
             let ready = if open { batcher.has_due_batch(now) } else { !batcher.is_empty() };
+            // Bulk rows held back wait for the engine to have nothing ahead.
+            let held_back = open && !self.ahead.is_empty() && batcher.holds(Lane::Bulk);
             // Ready: wait for room downstream, still taking jobs and expiring.
             // Not ready: wait for a job or for a bucket's wait to end.
             let wake = if ready { batcher.next_expiry_ms() } else { batcher.next_wake_ms(now) };
@@ -90,11 +112,13 @@ impl BatchStage {
                     let taken = take_waiting_jobs(&mut self.jobs, &self.ledger, &mut batcher);
                     open &= !matches!(taken, Taken::Closed);
                     let now = now_ms();
+                    batcher.hold_back_bulk(open && !self.ahead.is_empty());
                     let polled = if open { batcher.poll(now) } else { batcher.flush(now) };
                     if !self.answer_expired(polled.expired, now).await {
                         return;
                     }
                     if let Some(batch) = polled.batch {
+                        self.ahead.sent();
                         permit.send(Piped::Work(batch));
                     }
                     match taken {
@@ -113,6 +137,10 @@ impl BatchStage {
                         None
                     }
                 },
+                // Bulk rows are held back: they may go once nothing is ahead.
+                _ = self.ahead.drained(), if held_back => None,
+                // A cancel learned: what is held of the job is answered now.
+                _ = cancels.changed() => None,
                 _ = sleep_or_forever(wait) => None,
             };
             if let Some(handover) = handover {
@@ -136,6 +164,7 @@ impl BatchStage {
                 return false;
             }
             if let Some(batch) = flushed.batch {
+                self.ahead.sent();
                 permit.send(Piped::Work(batch));
             }
         }
@@ -145,7 +174,7 @@ impl BatchStage {
             metrics::gauge!(BATCH_ROW_CAP, "bucket" => bound.to_string()).set(0.0);
         }
         self.version = handover.version;
-        *batcher = BucketBatcher::new(handover.limits.clone());
+        *batcher = BucketBatcher::new(handover.limits.clone()).with_bulk_share(self.bulk_share);
         for &(bucket, rows) in &handover.row_caps {
             batcher.cap_rows(bucket, rows);
         }
@@ -175,7 +204,9 @@ impl BatchStage {
         if expired.is_empty() {
             return true;
         }
-        metrics::counter!(TTL_DROPPED_TOTAL).increment(expired.len() as u64);
+        for job in &expired {
+            metrics::counter!(TTL_DROPPED_TOTAL, "lane" => job.position.lane.as_str()).increment(1);
+        }
         let version = self.version;
         let answers = expired
             .into_iter()
@@ -186,6 +217,17 @@ impl BatchStage {
                 feature: None,
             })
             .collect();
+        self.sink.send(SinkItem::Answers(answers)).await.is_ok()
+    }
+
+    /// Sends `cancelled` answers for held requests of cancelled jobs; false
+    /// when the sink is gone.
+    async fn answer_cancelled(&self, cancelled: Vec<Job>) -> bool {
+        if cancelled.is_empty() {
+            return true;
+        }
+        let (model, version, now) = (self.model.as_str(), self.version, now_ms());
+        let answers = cancelled.into_iter().map(|job| cancelled_answer(job, model, version, now)).collect();
         self.sink.send(SinkItem::Answers(answers)).await.is_ok()
     }
 }
@@ -235,8 +277,8 @@ fn push(ledger: &Ledger, batcher: &mut BucketBatcher<Job>, job: Job) {
         ledger.note_dropped(1);
         return;
     }
-    let (len, rows, deadline) = (job.input.len(), job.input.rows(), job.deadline_ms);
-    batcher.push_rows(job, len, rows, deadline, now_ms());
+    let (len, rows, deadline, lane) = (job.input.len(), job.input.rows(), job.deadline_ms, job.position.lane);
+    batcher.push_in_lane(job, len, rows, deadline, now_ms(), lane);
 }
 
 async fn sleep_or_forever(wait: Option<Duration>) {
@@ -251,7 +293,7 @@ mod tests {
     use super::*;
     use crate::stages::engine::input::ModelInput;
     use crate::stages::engine::precision::Precision;
-    use crate::stages::source::message::Position;
+    use crate::stages::source::message::{LanePartition, Position};
     use crate::status::health::Health;
     use fleet_proto::RequestId;
 
@@ -267,7 +309,7 @@ mod tests {
     }
 
     fn job(partition: i32, generation: u64, offset: i64) -> Piped<Job> {
-        let position = Position { partition, offset, generation };
+        let position = Position { lane: fleet_proto::Lane::Interactive, partition, offset, generation };
         let id = RequestId::parse(&format!("r-{offset}")).unwrap();
         let input = ModelInput::Tokens { ids: vec![101; 10], truncated: false };
         Piped::Work(Job::new(position, id, input, now_ms(), now_ms() + 600_000))
@@ -279,7 +321,7 @@ mod tests {
             precision: Precision::Fp32,
             task_tag: String::new(),
             intake: None,
-            request_ttl_ms: 30_000,
+            request_ttls: crate::config::model::TtlConfig::default().request_ttls(),
             limits: limits(max_batch_size),
             row_caps: vec![],
             loaded: None,
@@ -289,7 +331,7 @@ mod tests {
     #[tokio::test]
     async fn a_handover_ends_the_old_versions_batches_and_the_new_limits_begin_behind_it() {
         let ledger = Arc::new(Ledger::new(Arc::new(Health::new(60_000))));
-        let generation = ledger.assign_for_test(0);
+        let generation = ledger.assign_for_test(LanePartition { lane: fleet_proto::Lane::Interactive, partition: 0 });
         let (jobs_tx, jobs) = mpsc::channel(64);
         let (batches, mut batches_rx) = mpsc::channel(64);
         let (sink, _sink_rx) = mpsc::channel(64);
@@ -311,6 +353,9 @@ mod tests {
             feedback,
             sink,
             ledger,
+            cancelled: Default::default(),
+            bulk_share: bucket::DEFAULT_BULK_SHARE,
+            ahead: Default::default(),
         };
         stage.run().await;
 

@@ -13,9 +13,11 @@
 
 pub mod entry;
 
-use crate::job::{timings, Finished, Job, SinkItem};
+use crate::job::{cancelled_answer, timings, Finished, Job, SinkItem};
 use crate::metrics::{CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL, CACHE_SAVED_SECONDS};
 use crate::stages::batch::bucket::Batch;
+use crate::stages::batch::downstream::BatchesAhead;
+use crate::stages::cancel::{unknown_jobs, CancelLookup, CancelledJobs};
 use crate::stages::engine::precision::Precision;
 use crate::stages::engine::EngineCommand;
 use crate::stages::source::Ledger;
@@ -110,6 +112,13 @@ pub struct CacheStage {
     /// their feature-cache keys and hits' answers are that version's.
     pub version: (u64, Precision),
     pub ledger: Arc<Ledger>,
+    /// Jobs known to be cancelled: their rows are answered `cancelled`, not
+    /// looked up (a hit must not answer `ok` for a cancelled job).
+    pub cancelled: Arc<CancelledJobs>,
+    /// Asks Redis about the batch's jobs not known to be cancelled.
+    pub cancel_lookup: CancelLookup,
+    /// A batch answered here without the engine is finished here.
+    pub ahead: Arc<BatchesAhead>,
 }
 
 impl CacheStage {
@@ -127,17 +136,34 @@ impl CacheStage {
             // The last look before compute: a rebalance may have come since
             // the batch was formed.
             self.ledger.note_dropped(batch.retain(|job| self.ledger.is_current(&job.position)));
+            let cancelled = self.drop_cancelled(&mut batch).await;
+            if !cancelled.is_empty() && self.sink.send(SinkItem::Answers(cancelled)).await.is_err() {
+                return;
+            }
             if batch.items.is_empty() {
+                self.ahead.finished();
                 continue;
             }
             let (hits, misses) = self.split(batch).await;
             if !hits.is_empty() && self.sink.send(SinkItem::Answers(hits)).await.is_err() {
                 return;
             }
-            if !misses.items.is_empty() && self.engine.send(EngineCommand::Run(misses)).await.is_err() {
+            if misses.items.is_empty() {
+                self.ahead.finished();
+            } else if self.engine.send(EngineCommand::Run(misses)).await.is_err() {
                 return;
             }
         }
+    }
+
+    /// Takes the requests of cancelled jobs out of `batch` and answers them.
+    async fn drop_cancelled(&mut self, batch: &mut Batch<Job>) -> Vec<Finished> {
+        let asked = unknown_jobs(&self.cancelled, &batch.items);
+        let found = self.cancel_lookup.cancelled_among(&asked).await;
+        self.cancelled.learn(found);
+        let (model, version, now) = (self.cache.model.as_str(), self.version.0, now_ms());
+        let dropped = batch.remove_where(|job| !self.cancelled.allows(job));
+        dropped.into_iter().map(|job| cancelled_answer(job, model, version, now)).collect()
     }
 
     /// Looks up under the new version from the next batch on, and hands

@@ -40,19 +40,21 @@ pub mod precision;
 pub mod split;
 pub mod torch;
 
-use crate::job::{Job, SinkItem};
+use crate::job::{cancelled_answer, Job, SinkItem};
 use crate::metrics::{MODEL_BROKEN, MODEL_PRECISION, MODEL_SWAPS_TOTAL, MODEL_VERSION};
 use crate::serving::ServingVersion;
 use crate::stages::batch::bucket::Batch;
+use crate::stages::batch::downstream::{BatchesAhead, FinishOnDrop};
+use crate::stages::cancel::{unknown_jobs, CancelLookup, CancelledJobs};
 use crate::status::health::Health;
 use batch_run::run_batch;
 use fleet_proto::clock::now_ms;
-use fleet_proto::{ModelName, Namespace};
+use fleet_proto::{Lane, ModelName, Namespace};
 use input::ModelInput;
 use model::Model;
 use precision::Precision;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -126,6 +128,16 @@ pub struct EngineStage {
     pub sink: mpsc::Sender<SinkItem>,
     pub batch_feedback: mpsc::UnboundedSender<BatchFeedback>,
     pub held_feedback: mpsc::UnboundedSender<HeldFeedback>,
+    /// The last look before compute: rows of a job cancelled since the
+    /// batch was formed are answered, not computed.
+    pub cancelled: Arc<CancelledJobs>,
+    /// Asks Redis about a batch's jobs right before it runs; set once Redis
+    /// answers (until then, what is known is what counts).
+    pub cancel_lookup: Arc<OnceLock<CancelLookup>>,
+    /// Where that lookup runs: the engine's own thread is no runtime's.
+    pub runtime: tokio::runtime::Handle,
+    /// Told when each batch is finished, however it ends.
+    pub ahead: Arc<BatchesAhead>,
 }
 
 impl EngineStage {
@@ -143,21 +155,38 @@ impl EngineStage {
         let mut broken = false;
         while let Some(command) = self.commands.blocking_recv() {
             match command {
-                EngineCommand::Run(batch) => {
+                EngineCommand::Run(mut batch) => {
+                    let _finished = FinishOnDrop(&self.ahead);
                     if broken {
                         // Unanswered: the next owner of the partition computes it.
                         tracing::debug!(rows = batch.items.len(), "model broken; batch left unanswered");
                         continue;
                     }
+                    if !self.answer_cancelled(&mut batch, current.version) {
+                        return;
+                    }
+                    if batch.items.is_empty() {
+                        continue;
+                    }
                     let bucket = batch.bucket;
-                    let first_read_ms = batch.items.iter().map(|job| job.read_ms).min().unwrap_or_else(now_ms);
-                    let held_ms = now_ms().saturating_sub(first_read_ms) as f64;
-                    let started = Instant::now();
+                    // Interactive rows only: bulk ones wait behind them by
+                    // design, and their waits must not shrink the in-flight
+                    // limit that interactive requests are read under.
+                    let first_read_ms = batch
+                        .items
+                        .iter()
+                        .filter(|job| job.position.lane == Lane::Interactive)
+                        .map(|job| job.read_ms)
+                        .min();
+                    let (started, started_ms) = (Instant::now(), now_ms());
                     let ran = run_batch(&current.model, &self.namespace, &self.model, current.version, batch);
                     self.busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                     let version = current.version;
                     let _ = self.batch_feedback.send(BatchFeedback::Timing { version, bucket, infer_ms: ran.infer_ms });
-                    let _ = self.held_feedback.send(HeldFeedback { held_ms, first_read_ms });
+                    if let Some(first_read_ms) = first_read_ms {
+                        let held_ms = started_ms.saturating_sub(first_read_ms) as f64;
+                        let _ = self.held_feedback.send(HeldFeedback { held_ms, first_read_ms });
+                    }
                     if let Some(rows) = ran.row_cap {
                         tracing::warn!(bucket, rows, "a batch ran out of device memory; capping the bucket");
                         let _ = self.batch_feedback.send(BatchFeedback::RowCap { version, bucket, rows });
@@ -199,6 +228,25 @@ impl EngineStage {
 }
 
 impl EngineStage {
+    /// Takes the rows of cancelled jobs out of `batch` and answers them,
+    /// after asking Redis about its jobs not known to be cancelled; false
+    /// when the sink is gone.
+    fn answer_cancelled(&self, batch: &mut Batch<Job>, version: u64) -> bool {
+        let asked = unknown_jobs(&self.cancelled, &batch.items);
+        if let (false, Some(lookup)) = (asked.is_empty(), self.cancel_lookup.get()) {
+            let mut lookup = lookup.clone();
+            let found = self.runtime.block_on(lookup.cancelled_among(&asked));
+            self.cancelled.learn(found);
+        }
+        let cancelled = batch.remove_where(|job| !self.cancelled.allows(job));
+        if cancelled.is_empty() {
+            return true;
+        }
+        let (model, now) = (self.model.as_str(), now_ms());
+        let answers = cancelled.into_iter().map(|job| cancelled_answer(job, model, version, now)).collect();
+        self.sink.blocking_send(SinkItem::Answers(answers)).is_ok()
+    }
+
     fn mark_broken(&self, reason: String, unanswered: usize) {
         tracing::error!(
             reason,

@@ -143,11 +143,12 @@ impl AnswerLane {
     /// One answer is in Redis.
     fn ended(&self, finished: &Finished) {
         let status = finished.answer.status.as_str();
-        metrics::counter!(REQUESTS_TOTAL, "status" => status).increment(1);
+        let lane = finished.position.lane.as_str();
+        metrics::counter!(REQUESTS_TOTAL, "status" => status, "lane" => lane).increment(1);
         if let Some(error) = &finished.answer.error {
             metrics::counter!(ERRORS_TOTAL, "code" => error.code.as_str()).increment(1);
         }
-        metrics::histogram!(E2E_SECONDS).record(finished.answer.timings_ms.total / 1000.0);
+        metrics::histogram!(E2E_SECONDS, "lane" => lane).record(finished.answer.timings_ms.total / 1000.0);
         tracing::debug!(id = %finished.id, status, "answered");
         self.ends.progress(&finished.position);
     }

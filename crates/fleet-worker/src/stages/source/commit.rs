@@ -3,7 +3,8 @@
 //! Requests finish out of order (batches regroup them by length, some are
 //! answered at once), but a Kafka commit says "everything before this offset
 //! is done". So a partition's commit position is its lowest offset still in
-//! flight, or one past the highest seen when nothing is. Pure state machine.
+//! flight, or one past the highest seen when nothing is. Pure state machine,
+//! keyed by whatever names a partition (the worker: lane and number).
 
 use std::collections::BTreeMap;
 
@@ -28,18 +29,24 @@ impl PartitionState {
     }
 }
 
-#[derive(Debug, Default)]
-pub struct CommitTracker {
-    partitions: BTreeMap<i32, PartitionState>,
+#[derive(Debug)]
+pub struct CommitTracker<P = i32> {
+    partitions: BTreeMap<P, PartitionState>,
     bytes: usize,
     last_generation: u64,
     revocations: u64,
 }
 
-impl CommitTracker {
+impl<P> Default for CommitTracker<P> {
+    fn default() -> Self {
+        Self { partitions: BTreeMap::new(), bytes: 0, last_generation: 0, revocations: 0 }
+    }
+}
+
+impl<P: Ord + Copy> CommitTracker<P> {
     /// The partition is assigned to this worker: returns the generation its
     /// messages are read under until it is revoked.
-    pub fn assign(&mut self, partition: i32) -> u64 {
+    pub fn assign(&mut self, partition: P) -> u64 {
         self.revoke(partition);
         self.last_generation += 1;
         let generation = self.last_generation;
@@ -48,18 +55,18 @@ impl CommitTracker {
     }
 
     /// The generation `partition` is owned under now, if it is.
-    pub fn generation(&self, partition: i32) -> Option<u64> {
+    pub fn generation(&self, partition: P) -> Option<u64> {
         self.partitions.get(&partition).map(|s| s.generation)
     }
 
     /// Whether a message read under `generation` still belongs to this worker.
-    pub fn is_current(&self, partition: i32, generation: u64) -> bool {
+    pub fn is_current(&self, partition: P, generation: u64) -> bool {
         self.generation(partition) == Some(generation)
     }
 
     /// A message was read and is now in flight. False (and not tracked) when
     /// its partition was revoked since it was read.
-    pub fn track(&mut self, partition: i32, generation: u64, offset: i64, bytes: usize) -> bool {
+    pub fn track(&mut self, partition: P, generation: u64, offset: i64, bytes: usize) -> bool {
         let Some(state) = self.partitions.get_mut(&partition).filter(|s| s.generation == generation) else {
             return false;
         };
@@ -82,7 +89,7 @@ impl CommitTracker {
 
     /// The message at `offset` is answered. Returns the new commit position
     /// (next offset to consume) when it moved forward.
-    pub fn complete(&mut self, partition: i32, generation: u64, offset: i64) -> Option<i64> {
+    pub fn complete(&mut self, partition: P, generation: u64, offset: i64) -> Option<i64> {
         let state = self.partitions.get_mut(&partition).filter(|s| s.generation == generation)?;
         let Some(bytes) = state.in_flight.remove(&offset) else {
             return None; // done twice
@@ -98,7 +105,7 @@ impl CommitTracker {
 
     /// The partition was revoked: forget it; late completions and messages
     /// read before now are ignored.
-    pub fn revoke(&mut self, partition: i32) {
+    pub fn revoke(&mut self, partition: P) {
         if let Some(state) = self.partitions.remove(&partition) {
             self.bytes -= state.in_flight.values().sum::<usize>();
             self.revocations += 1;
@@ -108,7 +115,7 @@ impl CommitTracker {
     /// Where reading of `partition` stands for committing: its lowest
     /// offset in flight, else one past the highest read (`None`: nothing
     /// read yet, or not owned).
-    pub fn position(&self, partition: i32) -> Option<i64> {
+    pub fn position(&self, partition: P) -> Option<i64> {
         self.partitions.get(&partition).and_then(PartitionState::position)
     }
 
@@ -118,7 +125,7 @@ impl CommitTracker {
     /// revoked partition's is, and messages at or past `stood_at` are
     /// refused until a replayed one (below it) arrives. False when the
     /// partition is not owned.
-    pub fn rewind(&mut self, partition: i32, stood_at: i64) -> bool {
+    pub fn rewind(&mut self, partition: P, stood_at: i64) -> bool {
         if !self.partitions.contains_key(&partition) {
             return false;
         }
@@ -134,6 +141,11 @@ impl CommitTracker {
         self.partitions.len()
     }
 
+    /// Partitions owned now that `select` picks.
+    pub fn assigned_of(&self, mut select: impl FnMut(&P) -> bool) -> usize {
+        self.partitions.keys().filter(|p| select(p)).count()
+    }
+
     /// How many partitions were revoked so far: holders of work read earlier
     /// check it again only when this moved.
     pub fn revocations(&self) -> u64 {
@@ -143,6 +155,11 @@ impl CommitTracker {
     /// Messages read but not answered yet, over all partitions.
     pub fn in_flight(&self) -> usize {
         self.partitions.values().map(|s| s.in_flight.len()).sum()
+    }
+
+    /// Messages read but not answered yet, of the partitions `select` picks.
+    pub fn in_flight_of(&self, mut select: impl FnMut(&P) -> bool) -> usize {
+        self.partitions.iter().filter(|(p, _)| select(p)).map(|(_, s)| s.in_flight.len()).sum()
     }
 
     /// Bytes of the messages in flight.

@@ -3,17 +3,18 @@
 //! rebalance callbacks (assign, revoke), publishing what each change means.
 
 use super::commit::CommitTracker;
-use super::message::Position;
+use super::message::{LanePartition, Position};
 use crate::metrics::{ASSIGNED_PARTITIONS, QUEUE_DEPTH, REVOKED_DROPPED_TOTAL};
 use crate::status::health::Health;
 use fleet_proto::clock::now_ms;
+use fleet_proto::Lane;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The commit tracker, shared by the readers (track), the sink (complete)
 /// and the rebalance callbacks (assign, revoke). Every change also updates
 /// the queue-depth gauge and tells [`Health`] whether messages are held.
 pub struct Ledger {
-    tracker: Mutex<CommitTracker>,
+    tracker: Mutex<CommitTracker<LanePartition>>,
     health: Arc<Health>,
 }
 
@@ -22,32 +23,41 @@ impl Ledger {
         Self { tracker: Mutex::default(), health }
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, CommitTracker> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, CommitTracker<LanePartition>> {
         // A panic while holding this lock cannot leave the tracker
         // half-updated in a way worse than losing it: keep its state.
         self.tracker.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs `change` on the tracker and publishes what it changed.
-    pub(super) fn change<R>(&self, change: impl FnOnce(&mut CommitTracker) -> R) -> R {
+    pub(super) fn change<R>(&self, change: impl FnOnce(&mut CommitTracker<LanePartition>) -> R) -> R {
         let mut tracker = self.lock();
         let result = change(&mut tracker);
         let held = tracker.in_flight();
-        metrics::gauge!(QUEUE_DEPTH).set(held as f64);
-        metrics::gauge!(ASSIGNED_PARTITIONS).set(tracker.assigned() as f64);
+        for lane in Lane::ALL {
+            let depth = tracker.in_flight_of(|p| p.lane == lane);
+            metrics::gauge!(QUEUE_DEPTH, "lane" => lane.as_str()).set(depth as f64);
+            let owned = tracker.assigned_of(|p| p.lane == lane);
+            metrics::gauge!(ASSIGNED_PARTITIONS, "lane" => lane.as_str()).set(owned as f64);
+        }
         self.health.set_holding(held > 0, now_ms());
         result
     }
 
     /// Assigns `partition` as a rebalance would; its generation.
     #[cfg(test)]
-    pub(crate) fn assign_for_test(&self, partition: i32) -> u64 {
+    pub(crate) fn assign_for_test(&self, partition: LanePartition) -> u64 {
         self.change(|tracker| tracker.assign(partition))
     }
 
     /// Whether work read at `position` still belongs to this worker.
     pub fn is_current(&self, position: &Position) -> bool {
-        self.lock().is_current(position.partition, position.generation)
+        self.lock().is_current(position.lane_partition(), position.generation)
+    }
+
+    /// Messages of `lane` read but not yet answered.
+    pub fn held_in(&self, lane: Lane) -> usize {
+        self.lock().in_flight_of(|p| p.lane == lane)
     }
 
     /// Messages and bytes read but not yet answered.

@@ -8,6 +8,7 @@
 //! Reading the names through librdkafka's C API instead makes a bad name
 //! what it is: one malformed request (see `admission`).
 
+use fleet_proto::Lane;
 use rdkafka::bindings as rdsys;
 use rdkafka::message::{BorrowedMessage, Message};
 use std::ffi::CStr;
@@ -17,9 +18,31 @@ use std::ffi::CStr;
 /// before a revocation is dropped, not computed).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Position {
+    /// Which of the model's topics it was read from.
+    pub lane: Lane,
     pub partition: i32,
     pub offset: i64,
     pub generation: u64,
+}
+
+impl Position {
+    pub fn lane_partition(&self) -> LanePartition {
+        LanePartition { lane: self.lane, partition: self.partition }
+    }
+}
+
+/// One partition of one of the model's topics: what the commit tracker and
+/// the partition readers are keyed by (both lanes' topics have a partition 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LanePartition {
+    pub lane: Lane,
+    pub partition: i32,
+}
+
+impl std::fmt::Display for LanePartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.lane, self.partition)
+    }
 }
 
 /// One header as it was on the wire.
@@ -58,9 +81,9 @@ impl std::fmt::Display for MalformedHeader {
 }
 
 impl Inbound {
-    pub fn from_kafka(message: &BorrowedMessage<'_>, generation: u64) -> Self {
+    pub fn from_kafka(message: &BorrowedMessage<'_>, lane: Lane, generation: u64) -> Self {
         Self {
-            position: Position { partition: message.partition(), offset: message.offset(), generation },
+            position: Position { lane, partition: message.partition(), offset: message.offset(), generation },
             key: message.key().map(<[u8]>::to_vec),
             headers: raw_headers(message),
             payload: message.payload().map(<[u8]>::to_vec),
@@ -136,7 +159,7 @@ mod tests {
 
     fn inbound(headers: Vec<RawHeader>) -> Inbound {
         Inbound {
-            position: Position { partition: 0, offset: 0, generation: 1 },
+            position: Position { lane: Lane::Interactive, partition: 0, offset: 0, generation: 1 },
             key: Some(b"id".to_vec()),
             headers,
             payload: Some(b"text".to_vec()),

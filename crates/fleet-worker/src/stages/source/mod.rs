@@ -1,5 +1,7 @@
-//! The source: the Kafka consumer of `infer.<model>` in group `fleet.<model>`,
-//! and the offsets it may commit.
+//! The source: the Kafka consumers of `infer.<model>` (the interactive lane)
+//! and `infer.<model>.bulk` (the bulk lane), both members of group
+//! `fleet.<model>` (one per lane: see [`readers::LaneConsumers`]), and the
+//! offsets they may commit.
 //!
 //! At-least-once: librdkafka's automatic offset store is off; an offset is
 //! stored (and then auto-committed within a second) only when the
@@ -17,18 +19,28 @@
 //! after `max.poll.interval.ms`. The per-partition readers also take turns
 //! handing messages over, so a broker that answers fetches partition by
 //! partition cannot make one partition's backlog go first.
+//!
+//! Each lane's readers fill a small queue of their own, and the consumer
+//! loop ([`Inbox::recv`]) chooses which to take from ([`lanes::LaneShare`]):
+//! interactive first, bulk with what is left and its minimum share. A bulk
+//! partition whose queue is full simply stops being read (librdkafka's
+//! prefetch behind it stays capped), so a backfill waiting in Kafka never
+//! stands between an interactive request and the worker.
 
 pub mod commit;
+pub mod lanes;
 pub mod ledger;
 pub mod message;
 mod readers;
 
+use lanes::{LaneShare, LaneTopics};
 pub use ledger::Ledger;
-use message::{Inbound, Position};
-use readers::{keep_readers, serve_events, FleetConsumer, SourceContext};
+use message::{Inbound, LanePartition, Position};
+use readers::{keep_readers, serve_events, FleetConsumer, LaneConsumers, LaneQueues, SourceContext};
 
 use crate::guard::lock;
 use fleet_proto::clock::now_ms;
+use fleet_proto::Lane;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -39,8 +51,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Messages copied from the partition queues and not yet taken by the
-/// consumer loop: a few per partition, so a paused worker holds little
-/// beyond librdkafka's own (capped) prefetch.
+/// consumer loop, per lane: a few per partition, so a paused worker holds
+/// little beyond librdkafka's own (capped) prefetch.
 const HANDOVER_QUEUE: usize = 16;
 
 /// What [`Source::backlog`] measured, and when (Unix ms).
@@ -51,29 +63,35 @@ pub struct BacklogSnapshot {
 }
 
 pub struct Source {
-    consumer: Arc<FleetConsumer>,
+    consumers: LaneConsumers,
     group: String,
-    topic: String,
+    topics: LaneTopics,
     ledger: Arc<Ledger>,
     /// The main-queue server and the partition readers' keeper.
     tasks: Vec<JoinHandle<()>>,
     /// Where a replay whose seek failed must begin at the latest, by
     /// partition, with the generation of the ownership it was owed in,
     /// until a replay succeeds.
-    replay_floors: Mutex<HashMap<i32, (u64, i64)>>,
+    replay_floors: Mutex<HashMap<LanePartition, (u64, i64)>>,
 }
 
-/// The messages read, one at a time, already tracked as in flight.
+/// The messages read, one at a time, already tracked as in flight, taken
+/// from the two lanes as [`LaneShare`] says.
 pub struct Inbox {
-    messages: mpsc::Receiver<Inbound>,
+    interactive: mpsc::Receiver<Inbound>,
+    bulk: mpsc::Receiver<Inbound>,
+    /// A message taken off its lane's queue to see that the lane has work,
+    /// not handed on yet.
+    waiting: [Option<Inbound>; 2],
+    share: LaneShare,
     ledger: Arc<Ledger>,
 }
 
 /// Hands finished positions to the tracker and stores what became committable.
 #[derive(Clone)]
 pub struct Committer {
-    consumer: Arc<FleetConsumer>,
-    topic: String,
+    consumers: LaneConsumers,
+    topics: LaneTopics,
     ledger: Arc<Ledger>,
 }
 
@@ -81,13 +99,15 @@ impl Source {
     /// `base` carries brokers and pass-through properties.
     /// `prefetch_kbytes` caps librdkafka's queue of fetched messages of each
     /// assigned partition, the other half of the worker's memory bound
-    /// beside the in-flight limits.
+    /// beside the in-flight limits. `bulk_share`: the bulk lane's least
+    /// share of the messages taken while both lanes have work.
     pub fn subscribe(
         mut base: ClientConfig,
         ledger: Arc<Ledger>,
         group: &str,
-        topic: &str,
+        topics: LaneTopics,
         prefetch_kbytes: usize,
+        bulk_share: f64,
     ) -> Result<(Self, Inbox), KafkaError> {
         // Defaults an operator may override with --kafka-property ...
         for (key, value) in [
@@ -116,35 +136,48 @@ impl Source {
             }
         }
         let (changes_tx, changes_rx) = mpsc::unbounded_channel();
-        let context = SourceContext { ledger: ledger.clone(), topic: topic.to_owned(), changes: changes_tx };
         // ... and what at-least-once and the memory bound depend on.
-        let consumer: FleetConsumer = base
-            .set("group.id", group)
+        base.set("group.id", group)
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
-            .set("queued.max.messages.kbytes", prefetch_kbytes.to_string())
-            .create_with_context(context)?;
-        consumer.subscribe(&[topic])?;
-        let consumer = Arc::new(consumer);
-        let (messages_tx, messages_rx) = mpsc::channel(HANDOVER_QUEUE);
-        let tasks = vec![
-            tokio::spawn(serve_events(consumer.clone(), ledger.clone(), messages_tx.clone())),
-            tokio::spawn(keep_readers(consumer.clone(), ledger.clone(), topic.to_owned(), changes_rx, messages_tx)),
-        ];
+            .set("queued.max.messages.kbytes", prefetch_kbytes.to_string());
+        let client_id = base.get("client.id").unwrap_or("rdkafka").to_owned();
+        let member = |lane: Lane| -> Result<Arc<FleetConsumer>, KafkaError> {
+            let context = SourceContext { ledger: ledger.clone(), topics: topics.clone(), changes: changes_tx.clone() };
+            let consumer: FleetConsumer =
+                base.clone().set("client.id", format!("{client_id}-{lane}")).create_with_context(context)?;
+            // A bulk topic that does not exist (yet) costs a warning from
+            // librdkafka, not the interactive lane.
+            consumer.subscribe(&[topics.topic(lane)])?;
+            Ok(Arc::new(consumer))
+        };
+        let consumers = LaneConsumers { interactive: member(Lane::Interactive)?, bulk: member(Lane::Bulk)? };
+        let (interactive_tx, interactive) = mpsc::channel(HANDOVER_QUEUE);
+        let (bulk_tx, bulk) = mpsc::channel(HANDOVER_QUEUE);
+        let queues = LaneQueues { interactive: interactive_tx, bulk: bulk_tx };
+        let mut tasks: Vec<JoinHandle<()>> = consumers
+            .each()
+            .into_iter()
+            .map(|(_, consumer)| {
+                tokio::spawn(serve_events(consumer.clone(), ledger.clone(), topics.clone(), queues.clone()))
+            })
+            .collect();
+        tasks.push(tokio::spawn(keep_readers(consumers.clone(), ledger.clone(), topics.clone(), changes_rx, queues)));
         let source = Self {
-            consumer,
+            consumers,
             group: group.to_owned(),
-            topic: topic.to_owned(),
+            topics,
             ledger: ledger.clone(),
             tasks,
             replay_floors: Mutex::default(),
         };
-        Ok((source, Inbox { messages: messages_rx, ledger }))
+        let share = LaneShare::new(bulk_share);
+        Ok((source, Inbox { interactive, bulk, waiting: [None, None], share, ledger }))
     }
 
     pub fn committer(&self) -> Committer {
-        Committer { consumer: self.consumer.clone(), topic: self.topic.clone(), ledger: self.ledger.clone() }
+        Committer { consumers: self.consumers.clone(), topics: self.topics.clone(), ledger: self.ledger.clone() }
     }
 
     /// Messages read but not yet answered.
@@ -155,14 +188,20 @@ impl Source {
     /// Leaves the consumer group (the model is broken): the partitions go
     /// to the other members, which read what this worker left unanswered.
     pub fn leave_group(&self) {
-        tracing::warn!(topic = %self.topic, "leaving the consumer group");
-        self.consumer.unsubscribe();
+        tracing::warn!(topics = ?self.topics.all(), "leaving the consumer group");
+        for (_, consumer) in self.consumers.each() {
+            consumer.unsubscribe();
+        }
     }
 
     /// Joins the consumer group again (the model works again).
     pub fn rejoin_group(&self) -> Result<(), KafkaError> {
-        tracing::info!(topic = %self.topic, "joining the consumer group again");
-        self.consumer.subscribe(&[&self.topic])
+        tracing::info!(topics = ?self.topics.all(), "joining the consumer group again");
+        // Both tried, whatever the first says: one lane left out would
+        // stay out until the next episode.
+        let joined: Vec<_> =
+            self.consumers.each().map(|(lane, consumer)| consumer.subscribe(&[self.topics.topic(lane)])).into();
+        joined.into_iter().collect()
     }
 
     /// Stops the readers and the event server (after the final commit).
@@ -172,9 +211,12 @@ impl Source {
         }
     }
 
-    /// Requests this worker still owes an answer for: for each assigned
-    /// partition, high watermark − read position, plus those in flight, as
-    /// of when the watermarks were asked for. Blocks on the broker (one
+    /// Interactive requests this worker still owes an answer for: for each
+    /// assigned partition of the interactive lane, high watermark − read
+    /// position, plus those in flight, as of when the watermarks were asked
+    /// for. The bulk lane is left out: producers' admission predicts an
+    /// interactive request's wait from it, and a backfill queued in the bulk
+    /// lane does not stand in that request's way. Blocks on the broker (one
     /// offsets request per partition): run it off the async runtime.
     ///
     /// The order matters. Watermarks first, then the read positions and the
@@ -186,26 +228,28 @@ impl Source {
     /// would lose it.
     pub fn backlog(&self, timeout: Duration) -> Result<BacklogSnapshot, KafkaError> {
         let as_of_ms = now_ms();
-        let assigned = self.consumer.assignment()?;
-        if assigned.count() == 0 {
+        let topic = self.topics.topic(Lane::Interactive);
+        let consumer = self.consumers.of(Lane::Interactive);
+        let assigned = consumer.assignment()?;
+        if assigned.elements_for_topic(topic).is_empty() {
             // Nothing below asks the broker then: ask it something, so a
             // broker that is away is not reported as answering.
-            self.consumer.fetch_metadata(Some(&self.topic), timeout)?;
+            consumer.fetch_metadata(Some(topic), timeout)?;
         }
         let mut high_watermarks = Vec::new();
-        for element in assigned.elements_for_topic(&self.topic) {
+        for element in assigned.elements_for_topic(topic) {
             let partition = element.partition();
-            let (low, high) = self.consumer.fetch_watermarks(&self.topic, partition, timeout)?;
+            let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
             high_watermarks.push((partition, low, high));
         }
         let (positions, in_flight) = {
             let tracker = self.ledger.lock();
-            (self.consumer.position()?, tracker.in_flight())
+            (consumer.position()?, tracker.in_flight_of(|p| p.lane == Lane::Interactive))
         };
         // Partitions not read from yet have no position: their committed
         // offset is where reading will start.
         let committed = if positions.elements().iter().any(|e| !matches!(e.offset(), Offset::Offset(_))) {
-            Some(self.consumer.committed_offsets(positions.clone(), timeout)?)
+            Some(consumer.committed_offsets(positions.clone(), timeout)?)
         } else {
             None
         };
@@ -213,8 +257,8 @@ impl Source {
         // after it) counts below zero: those messages are in `in_flight`.
         let mut unread = 0i64;
         for (partition, low, high) in high_watermarks {
-            let start = offset_in(&positions, &self.topic, partition)
-                .or_else(|| committed.as_ref().and_then(|c| offset_in(c, &self.topic, partition)))
+            let start = offset_in(&positions, topic, partition)
+                .or_else(|| committed.as_ref().and_then(|c| offset_in(c, topic, partition)))
                 .unwrap_or(low);
             unread += high - start;
         }
@@ -232,29 +276,41 @@ impl Source {
     /// written (nor announced) twice. Returns how many messages will be read
     /// again. Blocks on the broker: run it off the async runtime.
     pub fn replay_since(&self, from_ms: i64, timeout: Duration) -> Result<u64, KafkaError> {
-        let assigned = self.consumer.assignment()?;
+        let mut replayed = 0;
+        for lane in Lane::ALL {
+            replayed += self.replay_lane_since(lane, from_ms, timeout)?;
+        }
+        // Every owned partition is replayed: no floor is owed any more.
+        lock(&self.replay_floors).clear();
+        Ok(replayed)
+    }
+
+    /// [`replay_since`](Self::replay_since) of one lane's topic.
+    fn replay_lane_since(&self, lane: Lane, from_ms: i64, timeout: Duration) -> Result<u64, KafkaError> {
+        let (topic, consumer) = (self.topics.topic(lane), self.consumers.of(lane));
+        let assigned = consumer.assignment()?;
         let mut times = TopicPartitionList::new();
-        for element in assigned.elements_for_topic(&self.topic) {
-            times.add_partition_offset(&self.topic, element.partition(), Offset::Offset(from_ms))?;
+        for element in assigned.elements_for_topic(topic) {
+            times.add_partition_offset(topic, element.partition(), Offset::Offset(from_ms))?;
         }
         if times.count() == 0 {
             return Ok(0);
         }
-        let found = self.consumer.offsets_for_times(times, timeout)?;
-        let positions = self.consumer.position()?;
+        let found = consumer.offsets_for_times(times, timeout)?;
+        let positions = consumer.position()?;
         // Partitions not read from since they were assigned: reading will
         // start at their committed offset.
-        let committed = self.consumer.committed_offsets(positions.clone(), timeout)?;
+        let committed = consumer.committed_offsets(positions.clone(), timeout)?;
         let mut replayed = 0;
-        for element in found.elements_for_topic(&self.topic) {
-            let partition = element.partition();
+        for element in found.elements_for_topic(topic) {
+            let partition = LanePartition { lane, partition: element.partition() };
             // No offset: no message that young in the partition.
             let window_start = match element.offset() {
                 Offset::Offset(offset) => Some(offset),
                 _ => None,
             };
-            let Some(stood_at) =
-                offset_in(&positions, &self.topic, partition).or_else(|| offset_in(&committed, &self.topic, partition))
+            let Some(stood_at) = offset_in(&positions, topic, partition.partition)
+                .or_else(|| offset_in(&committed, topic, partition.partition))
             else {
                 continue;
             };
@@ -283,35 +339,35 @@ impl Source {
                 }
                 return Err(e);
             }
-            tracing::warn!(partition, from, to = stood_at, "reading again what Redis lost");
+            tracing::warn!(%partition, from, to = stood_at, "reading again what Redis lost");
             replayed += (stood_at - from) as u64;
         }
-        // Every owned partition is replayed: no floor is owed any more.
-        lock(&self.replay_floors).clear();
         Ok(replayed)
     }
 
     /// Moves a partition's stored offset, committed offset and reading back
     /// to `from`.
-    fn rewind_to(&self, partition: i32, from: i64, timeout: Duration) -> Result<(), KafkaError> {
+    fn rewind_to(&self, partition: LanePartition, from: i64, timeout: Duration) -> Result<(), KafkaError> {
+        let (topic, consumer) = (self.topics.topic(partition.lane), self.consumers.of(partition.lane));
         let mut at = TopicPartitionList::new();
-        at.add_partition_offset(&self.topic, partition, Offset::Offset(from))?;
+        at.add_partition_offset(topic, partition.partition, Offset::Offset(from))?;
         // The stored offset first: auto-commit would put the old one back.
-        self.consumer.store_offsets(&at)?;
+        consumer.store_offsets(&at)?;
         // librdkafka commits stored offsets only forward: the replay point is
         // committed by hand, and before the seek, so a worker that dies (or
         // loses the partition) mid-replay, or whose seek fails, leaves the
         // rest of the replay to the next owner (what the rewound partition
         // reads meanwhile is refused: nothing stores a later offset).
-        self.consumer.commit(&at, CommitMode::Sync)?;
-        self.consumer.seek(&self.topic, partition, Offset::Offset(from), timeout)
+        consumer.commit(&at, CommitMode::Sync)?;
+        consumer.seek(topic, partition.partition, Offset::Offset(from), timeout)
     }
 
-    /// The group's lag on every partition of the topic, not only this
+    /// The group's lag on every partition of `lane`'s topic, not only this
     /// worker's: committed offsets are asked for by group. Blocks on the
     /// broker: run it off the async runtime.
-    pub fn lag(&self, timeout: Duration) -> Result<fleet_ops::lag::TopicLag, KafkaError> {
-        fleet_ops::probe::measure(self.consumer.as_ref(), &self.group, &self.topic, timeout)
+    pub fn lag(&self, lane: Lane, timeout: Duration) -> Result<fleet_ops::lag::TopicLag, KafkaError> {
+        let (consumer, topic) = (self.consumers.of(lane).as_ref(), self.topics.topic(lane));
+        fleet_ops::probe::measure_lane(consumer, &self.group, topic, lane, timeout)
     }
 }
 
@@ -335,18 +391,55 @@ impl Inbox {
         self.ledger.held()
     }
 
+    /// Messages of `lane` read but not yet answered.
+    pub fn held_in(&self, lane: Lane) -> usize {
+        self.ledger.held_in(lane)
+    }
+
     /// The next message still owned by this worker, tracked as in flight;
     /// `None` once the source is closed. Messages of partitions revoked
     /// since they were read are dropped here: their next owner reads them.
-    pub async fn recv(&mut self) -> Option<Inbound> {
+    ///
+    /// Interactive messages go first; bulk ones when no interactive one
+    /// waits, or when bulk is owed its share; none while `bulk_allowed` is
+    /// false (the bulk lane holds its most).
+    pub async fn recv(&mut self, bulk_allowed: bool) -> Option<Inbound> {
         loop {
-            let inbound = self.messages.recv().await?;
-            let Position { partition, generation, offset } = inbound.position;
+            let inbound = self.next_by_lane(bulk_allowed).await?;
+            let partition = inbound.position.lane_partition();
+            let Position { generation, offset, .. } = inbound.position;
             let size = inbound.size_bytes();
             if self.ledger.change(|tracker| tracker.track(partition, generation, offset, size)) {
                 return Some(inbound);
             }
-            tracing::debug!(partition, offset, "read before its partition was revoked; left to its next owner");
+            tracing::debug!(%partition, offset, "read before its partition was revoked; left to its next owner");
+        }
+    }
+
+    /// The next message of the lane [`LaneShare`] picks among those with
+    /// one waiting; waits for either when neither has. `None` once both
+    /// lanes' queues are closed and empty.
+    async fn next_by_lane(&mut self, bulk_allowed: bool) -> Option<Inbound> {
+        let [interactive, bulk] = &mut self.waiting;
+        if interactive.is_none() {
+            *interactive = self.interactive.try_recv().ok();
+        }
+        if bulk.is_none() && bulk_allowed {
+            *bulk = self.bulk.try_recv().ok();
+        }
+        let bulk_ready = bulk.is_some() && bulk_allowed;
+        if interactive.is_none() && !bulk_ready {
+            let received = tokio::select! {
+                biased;
+                Some(inbound) = self.interactive.recv() => inbound,
+                Some(inbound) = self.bulk.recv(), if bulk_allowed => inbound,
+                else => return None,
+            };
+            return Some(received);
+        }
+        match self.share.pick(interactive.is_some(), bulk_ready) {
+            Some(Lane::Bulk) => bulk.take(),
+            _ => interactive.take(),
         }
     }
 }
@@ -354,28 +447,34 @@ impl Inbox {
 impl Committer {
     /// The message at `position` has its answer (or its dead letter) written.
     pub fn done(&self, position: &Position) {
-        let next =
-            self.ledger.change(|tracker| tracker.complete(position.partition, position.generation, position.offset));
+        let next = self
+            .ledger
+            .change(|tracker| tracker.complete(position.lane_partition(), position.generation, position.offset));
         let Some(next) = next else {
             return;
         };
         let mut tpl = TopicPartitionList::new();
-        if let Err(e) = tpl.add_partition_offset(&self.topic, position.partition, Offset::Offset(next)) {
+        let topic = self.topics.topic(position.lane);
+        if let Err(e) = tpl.add_partition_offset(topic, position.partition, Offset::Offset(next)) {
             tracing::warn!(error = %e, "building offset list");
             return;
         }
         // Fails only when the partition was revoked meanwhile: the next owner
         // re-reads from the last commit, and answers are idempotent.
-        if let Err(e) = self.consumer.store_offsets(&tpl) {
-            tracing::debug!(error = %e, partition = position.partition, next, "offset not stored");
+        if let Err(e) = self.consumers.of(position.lane).store_offsets(&tpl) {
+            tracing::debug!(error = %e, partition = %position.lane_partition(), next, "offset not stored");
         }
     }
 
     /// Commits stored offsets now (at shutdown, instead of the next tick).
+    /// Both lanes' consumers commit, whatever the first says; the first
+    /// error is returned.
     pub fn commit_now(&self) -> Result<(), KafkaError> {
-        match self.consumer.commit_consumer_state(CommitMode::Sync) {
-            Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => Ok(()),
-            other => other,
-        }
+        let committed =
+            self.consumers.each().map(|(_, consumer)| match consumer.commit_consumer_state(CommitMode::Sync) {
+                Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => Ok(()),
+                other => other,
+            });
+        committed.into_iter().collect()
     }
 }

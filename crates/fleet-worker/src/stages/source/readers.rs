@@ -4,8 +4,9 @@
 //! serves the consumer's main queue (rebalances, errors, commit results) for
 //! as long as the worker runs, whatever the reading side is doing.
 
+use super::lanes::{LaneTopics, PerLane};
 use super::ledger::Ledger;
-use super::message::Inbound;
+use super::message::{Inbound, LanePartition};
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -19,18 +20,30 @@ use tokio::task::JoinHandle;
 
 pub(super) type FleetConsumer = StreamConsumer<SourceContext>;
 
+/// One consumer per lane, members of the same group, each subscribed to its
+/// lane's topic only. One consumer of both topics would let the
+/// cooperative-sticky assignor balance partitions by their total, not per
+/// topic (librdkafka#4044): one member could own every interactive
+/// partition and another only bulk ones. A member per lane makes the group
+/// balance each lane across the workers on its own.
+pub(super) type LaneConsumers = PerLane<Arc<FleetConsumer>>;
+
 /// What the rebalance callbacks tell the partition readers.
 #[derive(Debug)]
 pub(super) enum AssignmentChange {
-    Assigned { partition: i32 },
-    Revoked { partition: i32 },
+    Assigned(LanePartition),
+    Revoked(LanePartition),
 }
 
 pub struct SourceContext {
     pub(super) ledger: Arc<Ledger>,
-    pub(super) topic: String,
+    pub(super) topics: LaneTopics,
     pub(super) changes: mpsc::UnboundedSender<AssignmentChange>,
 }
+
+/// Where read messages go: one bounded queue per lane, so the consumer
+/// loop can choose which lane to take from (`Inbox`).
+pub(super) type LaneQueues = PerLane<mpsc::Sender<Inbound>>;
 
 impl ClientContext for SourceContext {}
 
@@ -42,22 +55,22 @@ impl ConsumerContext for SourceContext {
                 // itself (auto-commit on revoke); what is still in flight
                 // there is read again by the next owner, and work this worker
                 // took from them is dropped before compute.
-                let revoked: Vec<i32> = ours(partitions, &self.topic);
+                let revoked = ours(partitions, &self.topics);
                 self.ledger.change(|tracker| revoked.iter().for_each(|&p| tracker.revoke(p)));
                 for &partition in &revoked {
-                    let _ = self.changes.send(AssignmentChange::Revoked { partition });
+                    let _ = self.changes.send(AssignmentChange::Revoked(partition));
                 }
                 metrics::counter!(crate::metrics::PARTITIONS_REVOKED_TOTAL).increment(revoked.len() as u64);
                 tracing::info!(partitions = ?revoked, "partitions revoked");
             }
             Rebalance::Assign(partitions) => {
-                let assigned: Vec<i32> = ours(partitions, &self.topic);
+                let assigned = ours(partitions, &self.topics);
                 for &partition in &assigned {
                     // Before librdkafka starts fetching it (right after this
                     // callback): its messages must never reach the main queue.
-                    split_off(consumer, &self.topic, partition);
+                    split_off(consumer, self.topics.topic(partition.lane), partition.partition);
                     self.ledger.change(|tracker| tracker.assign(partition));
-                    let _ = self.changes.send(AssignmentChange::Assigned { partition });
+                    let _ = self.changes.send(AssignmentChange::Assigned(partition));
                 }
                 tracing::info!(partitions = ?assigned, "partitions assigned");
             }
@@ -66,8 +79,13 @@ impl ConsumerContext for SourceContext {
     }
 }
 
-fn ours(partitions: &TopicPartitionList, topic: &str) -> Vec<i32> {
-    partitions.elements_for_topic(topic).iter().map(|e| e.partition()).collect()
+/// The partitions of `partitions` that are this model's, with their lane.
+fn ours(partitions: &TopicPartitionList, topics: &LaneTopics) -> Vec<LanePartition> {
+    partitions
+        .elements()
+        .iter()
+        .filter_map(|e| Some(LanePartition { lane: topics.lane_of(e.topic())?, partition: e.partition() }))
+        .collect()
 }
 
 /// Stops forwarding `partition`'s fetched messages to the consumer's main
@@ -101,15 +119,24 @@ const STRAY_QUEUE: usize = 1024;
 /// stopped, up to [`STRAY_QUEUE`] such messages wait; past that, events
 /// wait too (rebalances are then served late: the bound is the price of
 /// holding no unbounded memory).
-pub(super) async fn serve_events(consumer: Arc<FleetConsumer>, ledger: Arc<Ledger>, out: mpsc::Sender<Inbound>) {
+pub(super) async fn serve_events(
+    consumer: Arc<FleetConsumer>,
+    ledger: Arc<Ledger>,
+    topics: LaneTopics,
+    out: LaneQueues,
+) {
     let (stray, strays) = mpsc::channel(STRAY_QUEUE);
     tokio::spawn(forward_in_order(strays, out));
     loop {
         match consumer.recv().await {
             Ok(message) => {
                 let partition = message.partition();
-                let generation = ledger.lock().generation(partition).unwrap_or_default();
-                let inbound = Inbound::from_kafka(&message, generation);
+                let Some(lane) = topics.lane_of(message.topic()) else {
+                    tracing::warn!(topic = message.topic(), "a message of a topic not subscribed to; ignored");
+                    continue;
+                };
+                let generation = ledger.lock().generation(LanePartition { lane, partition }).unwrap_or_default();
+                let inbound = Inbound::from_kafka(&message, lane, generation);
                 drop(message);
                 tracing::warn!(partition, "a message arrived on the main queue; reading it there");
                 match stray.try_send(inbound) {
@@ -131,9 +158,9 @@ pub(super) async fn serve_events(consumer: Arc<FleetConsumer>, ledger: Arc<Ledge
 
 /// Hands main-queue messages to the consumer loop one at a time, in the
 /// order they arrived.
-async fn forward_in_order(mut strays: mpsc::Receiver<Inbound>, out: mpsc::Sender<Inbound>) {
+async fn forward_in_order(mut strays: mpsc::Receiver<Inbound>, out: LaneQueues) {
     while let Some(inbound) = strays.recv().await {
-        if out.send(inbound).await.is_err() {
+        if out.of(inbound.position.lane).send(inbound).await.is_err() {
             return;
         }
     }
@@ -142,28 +169,30 @@ async fn forward_in_order(mut strays: mpsc::Receiver<Inbound>, out: mpsc::Sender
 /// Starts a reader for each partition as it is assigned, stops it when the
 /// partition is revoked.
 pub(super) async fn keep_readers(
-    consumer: Arc<FleetConsumer>,
+    consumers: LaneConsumers,
     ledger: Arc<Ledger>,
-    topic: String,
+    topics: LaneTopics,
     mut changes: mpsc::UnboundedReceiver<AssignmentChange>,
-    out: mpsc::Sender<Inbound>,
+    out: LaneQueues,
 ) {
-    let mut readers: HashMap<i32, JoinHandle<()>> = HashMap::new();
+    let mut readers: HashMap<LanePartition, JoinHandle<()>> = HashMap::new();
     while let Some(change) = changes.recv().await {
         match change {
-            AssignmentChange::Assigned { partition } => {
+            AssignmentChange::Assigned(partition) => {
                 if let Some(old) = readers.remove(&partition) {
                     old.abort();
                 }
-                match consumer.split_partition_queue(&topic, partition) {
+                let consumer = consumers.of(partition.lane);
+                match consumer.split_partition_queue(topics.topic(partition.lane), partition.partition) {
                     Some(queue) => {
-                        let reader = read_partition(queue, partition, ledger.clone(), out.clone());
+                        let lane_out = out.of(partition.lane).clone();
+                        let reader = read_partition(queue, partition, ledger.clone(), lane_out);
                         readers.insert(partition, tokio::spawn(reader));
                     }
-                    None => tracing::error!(partition, "cannot open the partition's queue"),
+                    None => tracing::error!(%partition, "cannot open the partition's queue"),
                 }
             }
-            AssignmentChange::Revoked { partition } => {
+            AssignmentChange::Revoked(partition) => {
                 if let Some(reader) = readers.remove(&partition) {
                     reader.abort();
                 }
@@ -184,7 +213,7 @@ pub(super) async fn keep_readers(
 /// what it had fetched before the seek.
 async fn read_partition(
     queue: StreamPartitionQueue<SourceContext>,
-    partition: i32,
+    partition: LanePartition,
     ledger: Arc<Ledger>,
     out: mpsc::Sender<Inbound>,
 ) {
@@ -194,7 +223,7 @@ async fn read_partition(
             Ok(message) => {
                 // Revoked: the keeper aborts this reader; nothing more is ours.
                 let Some(generation) = ledger.lock().generation(partition) else { return };
-                Inbound::from_kafka(&message, generation)
+                Inbound::from_kafka(&message, partition.lane, generation)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "kafka receive failed");

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::model::TtlConfig;
 use crate::stages::admission::decode_budget::DecodeBudget;
 use crate::stages::admission::intake::Decoding;
 use crate::stages::source::message::RawHeader;
@@ -19,7 +20,13 @@ fn word_tokenizer(max_seq_len: usize) -> TextTokenizer {
 }
 
 fn policy_with(intake: Intake) -> AdmissionPolicy {
-    AdmissionPolicy { model: ModelName::parse("minilm").unwrap(), version: 4, intake, request_ttl_ms: 30_000 }
+    AdmissionPolicy {
+        model: ModelName::parse("minilm").unwrap(),
+        version: 4,
+        intake,
+        request_ttls: TtlConfig::default().request_ttls(),
+        cancelled: Default::default(),
+    }
 }
 
 fn policy() -> AdmissionPolicy {
@@ -54,12 +61,13 @@ fn envelope(content_type: ContentType) -> Envelope {
         content_type,
         deadline_ms: None,
         parts: 1,
+        job: None,
     }
 }
 
 fn inbound(envelope: &Envelope, payload: &[u8]) -> Inbound {
     Inbound {
-        position: Position { partition: 0, offset: 7, generation: 1 },
+        position: Position { lane: fleet_proto::Lane::Interactive, partition: 0, offset: 7, generation: 1 },
         key: Some(envelope.id.as_str().as_bytes().to_vec()),
         headers: envelope.to_headers().into_iter().map(|(k, v)| RawHeader::new(k, Some(v.into_bytes()))).collect(),
         payload: Some(payload.to_vec()),

@@ -31,6 +31,92 @@ fn buckets_by_length_and_pads_to_the_longest_member() {
     assert_eq!(b.poll(20).batch.unwrap().items, vec!["long"]);
 }
 
+fn push_lane(b: &mut BucketBatcher<&'static str>, item: &'static str, len: usize, lane: Lane) {
+    b.push_in_lane(item, len, 1, 1_000_000, 0, lane);
+}
+
+#[test]
+fn interactive_rows_go_first_in_their_bucket_and_bulk_fills_what_is_left() {
+    let mut b = BucketBatcher::new(limits());
+    push_lane(&mut b, "bulk-1", 8, Lane::Bulk);
+    push_lane(&mut b, "bulk-2", 8, Lane::Bulk);
+    push_lane(&mut b, "person-1", 8, Lane::Interactive);
+    push_lane(&mut b, "bulk-3", 8, Lane::Bulk);
+    push_lane(&mut b, "person-2", 8, Lane::Interactive);
+    assert_eq!(b.poll(0).batch.unwrap().items, vec!["person-1", "person-2", "bulk-1", "bulk-2"]);
+    assert_eq!(b.flush(0).batch.unwrap().items, vec!["bulk-3"]);
+}
+
+#[test]
+fn a_due_interactive_bucket_goes_before_bulk_ones_which_keep_their_share() {
+    let mut b = BucketBatcher::new(limits()).with_bulk_share(0.25);
+    for _ in 0..40 {
+        push_lane(&mut b, "bulk", 8, Lane::Bulk);
+        push_lane(&mut b, "person", 100, Lane::Interactive);
+    }
+    // Every batch is full (4 rows); interactive and bulk batches are both
+    // due at every poll: bulk gets 1 in 4.
+    let lanes: Vec<&str> = (0..8).map(|_| b.poll(0).batch.unwrap().items[0]).collect();
+    assert_eq!(lanes, vec!["person", "person", "person", "bulk", "person", "person", "person", "bulk"]);
+}
+
+#[test]
+fn bulk_behind_interactive_rows_of_its_own_bucket_still_gets_its_share() {
+    let mut b = BucketBatcher::new(limits()).with_bulk_share(0.25);
+    for _ in 0..40 {
+        push_lane(&mut b, "bulk", 8, Lane::Bulk);
+        push_lane(&mut b, "person", 8, Lane::Interactive);
+    }
+    let batches: Vec<Vec<&str>> = (0..4).map(|_| b.poll(0).batch.unwrap().items).collect();
+    assert_eq!(batches[3], vec!["bulk"; 4], "the bulk turn takes bulk rows, not the interactive ones before them");
+    assert!(batches[..3].iter().all(|batch| batch == &vec!["person"; 4]), "{batches:?}");
+}
+
+#[test]
+fn held_back_bulk_waits_while_interactive_goes_and_a_flush_takes_it_anyway() {
+    let mut b = BucketBatcher::new(limits());
+    for _ in 0..4 {
+        push_lane(&mut b, "bulk", 8, Lane::Bulk);
+    }
+    push_lane(&mut b, "person", 100, Lane::Interactive);
+    b.hold_back_bulk(true);
+    assert!(b.holds(Lane::Bulk) && b.holds(Lane::Interactive));
+    assert_eq!(b.next_wake_ms(0), Some(20), "only the interactive bucket's wait wakes a poll");
+    assert!(b.poll(0).batch.is_none(), "bulk is full but held back; the interactive one has not waited out");
+    assert_eq!(b.poll(20).batch.unwrap().items, vec!["person"]);
+    assert!(b.poll(20).batch.is_none());
+    // Held back, bulk still gets its share of the turns interactive
+    // batches are due for (1 in 10 by default).
+    let mut contested = BucketBatcher::new(limits());
+    for _ in 0..40 {
+        push_lane(&mut contested, "bulk", 8, Lane::Bulk);
+        push_lane(&mut contested, "person", 100, Lane::Interactive);
+    }
+    contested.hold_back_bulk(true);
+    let firsts: Vec<&str> = (0..10).map(|_| contested.poll(0).batch.unwrap().items[0]).collect();
+    assert_eq!(firsts.iter().filter(|&&f| f == "bulk").count(), 1, "{firsts:?}");
+    b.hold_back_bulk(false);
+    assert!(b.has_due_batch(20));
+    assert_eq!(b.poll(20).batch.unwrap().items.len(), 4);
+    push_lane(&mut b, "late-bulk", 8, Lane::Bulk);
+    b.hold_back_bulk(true);
+    assert_eq!(b.flush(20).batch.unwrap().items, vec!["late-bulk"], "a flush (the drain) forms it");
+}
+
+#[test]
+fn removed_requests_leave_the_count_and_come_back_in_order() {
+    let mut b = BucketBatcher::new(limits());
+    for (item, len) in [("a", 8), ("x", 100), ("b", 8), ("y", 20)] {
+        b.push(item, len, 1_000, 0);
+    }
+    assert_eq!(b.remove_where(|item| ["x", "y", "b"].contains(item)), vec!["b", "y", "x"]);
+    assert_eq!(b.len(), 1);
+    let mut batch = b.flush(0).batch.unwrap();
+    assert_eq!(batch.items, vec!["a"]);
+    assert_eq!(batch.remove_where(|item| *item == "a"), vec!["a"]);
+    assert!(batch.items.is_empty() && batch.lens.is_empty());
+}
+
 #[test]
 fn a_full_batch_leaves_without_waiting() {
     let mut b = BucketBatcher::new(limits());
