@@ -314,8 +314,13 @@ async fn send_all(plan: SendPlan) {
             Ok(delivery) => {
                 let _ = events.send(Event::Sent { index, at_s: start.elapsed().as_secs_f64() });
                 let events = events.clone();
+                // The producer lives until every delivery is known: dropped
+                // earlier (a burst is sent within milliseconds), it would
+                // purge what it still holds.
+                let producer = producer.clone();
                 tokio::spawn(async move {
                     let delivered = delivery.await;
+                    drop(producer);
                     if let Err(e) = &delivered {
                         tracing::warn!(error = %e, "delivery failed");
                     }

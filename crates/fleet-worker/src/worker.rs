@@ -239,6 +239,9 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         ledger: ledger.clone(),
         cancelled: cancelled.clone(),
         bulk_share: args.bulk_share,
+        // Where rows are nearly free (a GPU) bulk fills interactive
+        // batches; on a CPU each row costs the interactive rows beside it.
+        bulk_fill: args.bulk_fill.unwrap_or(device.is_cuda()),
         ahead: ahead.clone(),
     };
     let batch = tokio::spawn(watched("batcher", health.clone(), stopping.clone(), batch.run()));

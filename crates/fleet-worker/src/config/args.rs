@@ -48,6 +48,11 @@ pub struct WorkerArgs {
     /// requests go first, and a backfill still always ends.
     #[arg(long, env = "FLEET_BULK_SHARE", default_value_t = 0.1, value_parser = parse_share)]
     pub bulk_share: f64,
+    /// Whether bulk rows fill interactive batches where interactive rows
+    /// leave room (true/false). Default: on CUDA, off on a CPU, whose batch
+    /// time grows with every row (docs/benchmarks.md, lanes).
+    #[arg(long, env = "FLEET_BULK_FILL")]
+    pub bulk_fill: Option<bool>,
     /// Adaptive in-flight limit: the most it shrinks to (its ceiling is
     /// --max-in-flight).
     #[arg(long, env = "FLEET_MIN_IN_FLIGHT", default_value_t = 64)]

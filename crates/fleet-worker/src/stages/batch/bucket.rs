@@ -202,6 +202,9 @@ pub struct BucketBatcher<T> {
     /// has work ahead): they go only for their share of the turns while
     /// interactive batches are due, and only their deadlines wake a poll.
     bulk_held_back: bool,
+    /// Whether bulk rows fill an interactive batch where interactive rows
+    /// leave room (see [`with_bulk_fill`](Self::with_bulk_fill)).
+    bulk_fill: bool,
 }
 
 /// Bulk's share of batches while both lanes have one due, unless set.
@@ -218,7 +221,17 @@ impl<T> BucketBatcher<T> {
             held: 0,
             lanes: LaneShare::new(DEFAULT_BULK_SHARE),
             bulk_held_back: false,
+            bulk_fill: true,
         }
+    }
+
+    /// Whether an interactive batch takes bulk rows where its own leave room.
+    /// Free where a batch's time hardly grows with its rows (a GPU); on a
+    /// CPU, whose batch time grows with every row, each filled batch delays
+    /// the interactive rows in it and the ones behind it.
+    pub fn with_bulk_fill(mut self, fill: bool) -> Self {
+        self.bulk_fill = fill;
+        self
     }
 
     /// Holds bulk-only batches back (`true`) or lets them go (`false`);
@@ -405,7 +418,12 @@ impl<T> BucketBatcher<T> {
         let queue = &self.buckets[bucket];
         let cap = self.row_cap(bucket);
         let (mut longest, mut rows) = (0, 0);
+        let first_lane = queue.get(from).map(|h| h.lane);
         for (taken, held) in queue.iter().skip(from).enumerate() {
+            if !self.bulk_fill && Some(held.lane) != first_lane {
+                // Not filled with the other lane's rows: the batch ends here.
+                return (taken, rows >= cap);
+            }
             let padded = longest.max(held.len);
             let with = rows + held.rows;
             if taken > 0 && (with > cap || !self.limits.fits(with, padded)) {

@@ -53,6 +53,8 @@ pub struct BatchStage {
     pub cancelled: Arc<CancelledJobs>,
     /// The bulk lane's least share of batches while both lanes have one due.
     pub bulk_share: f64,
+    /// Whether bulk rows fill interactive batches (`BucketBatcher::with_bulk_fill`).
+    pub bulk_fill: bool,
     /// Batches handed on and not finished: a bulk-only batch goes only
     /// when there is none.
     pub ahead: Arc<BatchesAhead>,
@@ -60,7 +62,7 @@ pub struct BatchStage {
 
 impl BatchStage {
     pub async fn run(mut self) {
-        let mut batcher: BucketBatcher<Job> = BucketBatcher::new(self.limits.clone()).with_bulk_share(self.bulk_share);
+        let mut batcher = self.batcher(self.limits.clone());
         publish_row_caps(&batcher);
         let mut open = true;
         let mut revocations_seen = self.ledger.revocations();
@@ -174,12 +176,16 @@ impl BatchStage {
             metrics::gauge!(BATCH_ROW_CAP, "bucket" => bound.to_string()).set(0.0);
         }
         self.version = handover.version;
-        *batcher = BucketBatcher::new(handover.limits.clone()).with_bulk_share(self.bulk_share);
+        *batcher = self.batcher(handover.limits.clone());
         for &(bucket, rows) in &handover.row_caps {
             batcher.cap_rows(bucket, rows);
         }
         publish_row_caps(batcher);
         self.batches.send(Piped::Handover(handover)).await.is_ok()
+    }
+
+    fn batcher(&self, limits: BucketLimits) -> BucketBatcher<Job> {
+        BucketBatcher::new(limits).with_bulk_share(self.bulk_share).with_bulk_fill(self.bulk_fill)
     }
 
     fn apply_feedback(&mut self, batcher: &mut BucketBatcher<Job>) {
@@ -355,6 +361,7 @@ mod tests {
             ledger,
             cancelled: Default::default(),
             bulk_share: bucket::DEFAULT_BULK_SHARE,
+            bulk_fill: true,
             ahead: Default::default(),
         };
         stage.run().await;

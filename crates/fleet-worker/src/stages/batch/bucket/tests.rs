@@ -48,6 +48,17 @@ fn interactive_rows_go_first_in_their_bucket_and_bulk_fills_what_is_left() {
 }
 
 #[test]
+fn without_fill_an_interactive_batch_takes_interactive_rows_only() {
+    let mut b = BucketBatcher::new(limits()).with_bulk_fill(false);
+    push_lane(&mut b, "bulk-1", 8, Lane::Bulk);
+    push_lane(&mut b, "person-1", 8, Lane::Interactive);
+    push_lane(&mut b, "bulk-2", 8, Lane::Bulk);
+    assert!(b.poll(0).batch.is_none(), "one interactive row, not waited out, is not a full batch");
+    assert_eq!(b.poll(5).batch.unwrap().items, vec!["person-1"]);
+    assert_eq!(b.poll(5).batch.unwrap().items, vec!["bulk-1", "bulk-2"], "then the bulk rows, alone");
+}
+
+#[test]
 fn a_due_interactive_bucket_goes_before_bulk_ones_which_keep_their_share() {
     let mut b = BucketBatcher::new(limits()).with_bulk_share(0.25);
     for _ in 0..40 {
