@@ -130,6 +130,13 @@ impl Source {
             // answers as soon as there is data, it only adds empty fetches
             // while idle (20 a second).
             ("fetch.wait.max.ms", "50"),
+            // How long a reconnect may back off at most (librdkafka: 10 s,
+            // as long as the session). After a broker restart each lane's
+            // consumer must reach the coordinator again within the
+            // session, or it loses its partitions and the work in flight
+            // (seen in the restart-broker drill once there were two
+            // consumers per worker); 1 s keeps that margin.
+            ("reconnect.backoff.max.ms", "1000"),
         ] {
             if base.get(key).is_none() {
                 base.set(key, value);
