@@ -86,6 +86,14 @@ pub const REPLAYED_TOTAL: &str = "fleet_replayed_total";
 pub const REDIS_MEMORY_LOST_TOTAL: &str = "fleet_redis_memory_lost_total";
 /// 1 while the model fails its known-good probe: the worker reads nothing.
 pub const MODEL_BROKEN: &str = "fleet_model_broken";
+/// libtorch intra-op threads of the engine now (tuned on live traffic
+/// unless --intra-op-threads fixes them: `stages::engine::tuning`).
+pub const ENGINE_INTRA_OP_THREADS: &str = "fleet_engine_intra_op_threads";
+/// The percent of each bucket's row and token budgets batches use now.
+pub const ENGINE_BATCH_PERCENT: &str = "fleet_engine_batch_percent";
+/// Rows per wall second each candidate setting answered while tuning, by
+/// `knob` (threads, batch_percent) and `value`; set once a knob is decided.
+pub const ENGINE_TUNED_ROWS_PER_SECOND: &str = "fleet_engine_tuned_rows_per_second";
 
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
@@ -175,6 +183,12 @@ pub fn register(labels: &SeriesLabels) {
         "Times Redis was found to have lost what the fleet wrote (restart without persistence, failover, flush)"
     );
     describe_gauge!(MODEL_BROKEN, "1 while the model fails its known-good probe: the worker reads nothing");
+    describe_gauge!(ENGINE_INTRA_OP_THREADS, "libtorch intra-op threads of the engine now (tuned unless fixed)");
+    describe_gauge!(ENGINE_BATCH_PERCENT, "Percent of each bucket's row and token budgets batches use now (tuned)");
+    describe_gauge!(
+        ENGINE_TUNED_ROWS_PER_SECOND,
+        "Rows per wall second each candidate answered under backlog while tuning, by knob and value"
+    );
     fleet_ops::probe::describe();
 
     for lane in Lane::ALL.map(Lane::as_str) {

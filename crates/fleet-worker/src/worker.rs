@@ -134,6 +134,11 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
 
     // What the first batches are looked up under in the feature cache.
     let first_served = (version.version, warmed.loaded.model.precision);
+    let ledger = Arc::new(Ledger::new(health.clone()));
+    // A backlog: more held than the batch running, the next one and a
+    // third (the engine is what the path waits for).
+    let backlog_rows = 3 * version.config.batching.max_batch_size;
+    let held = ledger.clone();
     let engine = EngineStage {
         model: args.model.clone(),
         namespace: names.clone(),
@@ -149,6 +154,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         cancel_lookup: cancel_lookup.clone(),
         runtime: tokio::runtime::Handle::current(),
         ahead: ahead.clone(),
+        tuner: args.engine_tuner(device),
+        backlog: Box::new(move || held.held().0 >= backlog_rows),
     }
     .spawn(warmed.loaded)?;
     health.set_warm();
@@ -193,7 +200,6 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let _ = cancel_lookup.set(cancel_watch.lookup.clone());
     let cancel_watching = tokio::spawn(cancel_watch.run(reading.clone()));
 
-    let ledger = Arc::new(Ledger::new(health.clone()));
     let (source, inbox) = Source::subscribe(
         kafka,
         ledger.clone(),
@@ -243,6 +249,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         // batches; on a CPU each row costs the interactive rows beside it.
         bulk_fill: args.bulk_fill.unwrap_or(device.is_cuda()),
         ahead: ahead.clone(),
+        batch_percent: 100,
     };
     let batch = tokio::spawn(watched("batcher", health.clone(), stopping.clone(), batch.run()));
     let cache = CacheStage {

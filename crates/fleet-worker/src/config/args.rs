@@ -28,14 +28,23 @@ pub struct WorkerArgs {
     /// Where /metrics, /healthz and /ready are served.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
-    /// libtorch intra-op threads; default: one fewer than the cores this
-    /// process may use (cgroup-aware), at least 1. The worker's own threads
-    /// (consumer, tokenizer, Redis writes) and librdkafka's need a core: an
-    /// OpenMP thread they preempt stalls its barrier. Measured on 2 cores,
-    /// bf16, whole path: 1 thread 555-580 texts/s, 2 threads 450-500
-    /// (docs/benchmarks.md).
+    /// libtorch intra-op threads, fixed. Default: chosen on live traffic
+    /// (--engine-tuning), starting from one fewer than the cores this
+    /// process may use (cgroup-aware, at least 1). The best count differs
+    /// by CPU: on 2 cores one thread answered most on an AMX Xeon (bf16),
+    /// two on an EPYC without AVX-512 BF16 (docs/benchmarks.md).
     #[arg(long, env = "FLEET_INTRA_OP_THREADS")]
     pub intra_op_threads: Option<usize>,
+    /// Whether the engine tries the thread counts (unless
+    /// --intra-op-threads fixes them) and smaller batch budgets while the
+    /// worker holds a backlog, and keeps what answers most (true/false; a
+    /// CPU only: on CUDA both stay).
+    #[arg(long, env = "FLEET_ENGINE_TUNING", default_value_t = true, action = clap::ArgAction::Set)]
+    pub engine_tuning: bool,
+    /// How long each tuning window lasts (of held backlog; each candidate
+    /// gets two).
+    #[arg(long, env = "FLEET_ENGINE_TUNING_WINDOW", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub engine_tuning_window: std::time::Duration,
     /// Most messages held between reading and answering; above it the
     /// worker stops reading (fleet_queue_depth never exceeds it).
     #[arg(long, env = "FLEET_MAX_IN_FLIGHT", default_value_t = 1024)]
@@ -155,9 +164,25 @@ impl WorkerArgs {
             .unwrap_or_else(|| default_intra_op_threads(std::thread::available_parallelism().map_or(1, usize::from)))
             .max(1)
     }
+
+    /// What the engine tunes on live traffic: nothing on CUDA or with
+    /// tuning off; the thread counts unless fixed; the batch share.
+    pub fn engine_tuner(&self, device: tch::Device) -> crate::stages::engine::tuning::Tuner {
+        use crate::stages::engine::tuning::{thread_candidates, TrialLength, Tuner, BATCH_PERCENTS};
+        let length =
+            TrialLength { window_ms: self.engine_tuning_window.as_secs_f64() * 1000.0, ..TrialLength::default() };
+        if !self.engine_tuning || device.is_cuda() {
+            return Tuner::new(&[], &[], length);
+        }
+        let threads = match self.intra_op_threads {
+            Some(_) => Vec::new(),
+            None => thread_candidates(std::thread::available_parallelism().map_or(1, usize::from)),
+        };
+        Tuner::new(&threads, &BATCH_PERCENTS, length)
+    }
 }
 
-/// The cores left for the model: all but one for the rest of the worker.
+/// The cores left for the model at start: all but one for the rest of the worker.
 pub fn default_intra_op_threads(cores: usize) -> usize {
     cores.saturating_sub(1).max(1)
 }

@@ -58,6 +58,9 @@ pub struct BatchStage {
     /// Batches handed on and not finished: a bulk-only batch goes only
     /// when there is none.
     pub ahead: Arc<BatchesAhead>,
+    /// The share of the batch budgets in use, percent (the engine's tuning
+    /// moves it: `BatchFeedback::BatchPercent`).
+    pub batch_percent: u32,
 }
 
 impl BatchStage {
@@ -185,7 +188,10 @@ impl BatchStage {
     }
 
     fn batcher(&self, limits: BucketLimits) -> BucketBatcher<Job> {
-        BucketBatcher::new(limits).with_bulk_share(self.bulk_share).with_bulk_fill(self.bulk_fill)
+        BucketBatcher::new(limits)
+            .with_bulk_share(self.bulk_share)
+            .with_bulk_fill(self.bulk_fill)
+            .with_batch_percent(self.batch_percent)
     }
 
     fn apply_feedback(&mut self, batcher: &mut BucketBatcher<Job>) {
@@ -197,6 +203,13 @@ impl BatchStage {
                 BatchFeedback::RowCap { version, bucket, rows } if version == self.version => {
                     batcher.cap_rows(bucket, rows);
                     publish_row_cap(batcher, bucket);
+                }
+                BatchFeedback::BatchPercent(percent) => {
+                    // A setting of the worker, not of a version: it stays
+                    // for the batchers of versions to come.
+                    self.batch_percent = percent;
+                    batcher.set_batch_percent(percent);
+                    publish_row_caps(batcher);
                 }
                 // About the batches of a version this stage no longer forms.
                 _ => {}
@@ -363,6 +376,7 @@ mod tests {
             bulk_share: bucket::DEFAULT_BULK_SHARE,
             bulk_fill: true,
             ahead: Default::default(),
+            batch_percent: 100,
         };
         stage.run().await;
 

@@ -26,7 +26,8 @@
 //! [`head`] (pooling, activation), [`labels`] (a classifier's labels and
 //! top-k), [`split`] (halving a batch that does not fit), [`memory`] (what
 //! a batch needs), [`precision`] (bf16, fp16 or fp32), [`batch_run`] (one
-//! batch's answers), [`error`].
+//! batch's answers), [`tuning`] (threads and batch share, chosen on live
+//! traffic), [`error`].
 
 pub mod answer;
 pub mod batch_run;
@@ -39,9 +40,13 @@ pub mod model;
 pub mod precision;
 pub mod split;
 pub mod torch;
+pub mod tuning;
 
 use crate::job::{cancelled_answer, Job, SinkItem};
-use crate::metrics::{MODEL_BROKEN, MODEL_PRECISION, MODEL_SWAPS_TOTAL, MODEL_VERSION};
+use crate::metrics::{
+    ENGINE_BATCH_PERCENT, ENGINE_INTRA_OP_THREADS, ENGINE_TUNED_ROWS_PER_SECOND, MODEL_BROKEN, MODEL_PRECISION,
+    MODEL_SWAPS_TOTAL, MODEL_VERSION,
+};
 use crate::serving::ServingVersion;
 use crate::stages::batch::bucket::Batch;
 use crate::stages::batch::downstream::{BatchesAhead, FinishOnDrop};
@@ -57,6 +62,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tokio::sync::mpsc;
+use tuning::{Change, Setting, Tuner};
 
 /// A loaded and warmed-up version, ready to serve.
 pub struct Loaded {
@@ -93,6 +99,9 @@ pub enum BatchFeedback {
     /// A batch of the bucket fitted in device memory only with this many
     /// rows on the version: later batches hold no more.
     RowCap { version: u64, bucket: usize, rows: usize },
+    /// Batches use this percent of every bucket's row and token budgets
+    /// from now on, whatever the version (the engine's tuning).
+    BatchPercent(u32),
 }
 
 /// What the engine tells the reading stage after a batch: how long its
@@ -138,6 +147,12 @@ pub struct EngineStage {
     pub runtime: tokio::runtime::Handle,
     /// Told when each batch is finished, however it ends.
     pub ahead: Arc<BatchesAhead>,
+    /// Chooses the threads and the batch share on live traffic (`tuning`);
+    /// done from the start when both are fixed.
+    pub tuner: Tuner,
+    /// Whether the worker holds more work than the engine takes at once:
+    /// only then do its rows per wall second measure a setting.
+    pub backlog: Box<dyn Fn() -> bool + Send>,
 }
 
 impl EngineStage {
@@ -149,7 +164,19 @@ impl EngineStage {
     fn run(mut self, first: Loaded) {
         let _stopped = EngineStopped(self.health.clone());
         tch::set_num_threads(self.threads);
-        tracing::info!(threads = self.threads, version = first.version, "engine serving");
+        metrics::gauge!(ENGINE_INTRA_OP_THREADS).set(f64::from(self.threads));
+        metrics::gauge!(ENGINE_BATCH_PERCENT).set(100.0);
+        for candidate in self.tuner.candidates() {
+            let (knob, value) = candidate.label();
+            metrics::gauge!(ENGINE_TUNED_ROWS_PER_SECOND, "knob" => knob, "value" => value).set(0.0);
+        }
+        tracing::info!(
+            threads = self.threads,
+            version = first.version,
+            tuning = !self.tuner.is_done(),
+            "engine serving"
+        );
+        let clock = Instant::now();
         let mut current = first;
         announce(&self.serving, &current);
         let mut broken = false;
@@ -178,6 +205,10 @@ impl EngineStage {
                         .filter(|job| job.position.lane == Lane::Interactive)
                         .map(|job| job.read_ms)
                         .min();
+                    let at_ms = clock.elapsed().as_secs_f64() * 1000.0;
+                    if let Some(change) = self.tuner.observe(at_ms, batch.items.len(), (self.backlog)()) {
+                        self.apply_tuning(change);
+                    }
                     let (started, started_ms) = (Instant::now(), now_ms());
                     let ran = run_batch(&current.model, &self.namespace, &self.model, current.version, batch);
                     self.busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -228,6 +259,40 @@ impl EngineStage {
 }
 
 impl EngineStage {
+    /// Applies a setting the tuner tries or keeps; a kept one is logged
+    /// with what each candidate measured.
+    fn apply_tuning(&self, change: Change) {
+        let setting = match change {
+            Change::Try(setting) => {
+                tracing::debug!(%setting, "engine tuning: trying");
+                setting
+            }
+            Change::Settle { setting, rates } => {
+                let measured: Vec<String> = rates.iter().map(|(s, rate)| format!("{s}: {rate:.1} rows/s")).collect();
+                tracing::info!(
+                    chosen = %setting,
+                    measured = measured.join(", "),
+                    "engine tuning: chosen on this machine's traffic"
+                );
+                for (candidate, rate) in rates {
+                    let (knob, value) = candidate.label();
+                    metrics::gauge!(ENGINE_TUNED_ROWS_PER_SECOND, "knob" => knob, "value" => value).set(rate);
+                }
+                setting
+            }
+        };
+        match setting {
+            Setting::Threads(threads) => {
+                tch::set_num_threads(threads as i32);
+                metrics::gauge!(ENGINE_INTRA_OP_THREADS).set(threads as f64);
+            }
+            Setting::BatchPercent(percent) => {
+                let _ = self.batch_feedback.send(BatchFeedback::BatchPercent(percent));
+                metrics::gauge!(ENGINE_BATCH_PERCENT).set(f64::from(percent));
+            }
+        }
+    }
+
     /// Takes the rows of cancelled jobs out of `batch` and answers them,
     /// after asking Redis about its jobs not known to be cancelled; false
     /// when the sink is gone.

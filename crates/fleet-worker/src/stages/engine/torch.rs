@@ -117,6 +117,12 @@ impl TextModule {
         convert_parameters(&self.module, kind)
     }
 
+    /// Every parameter's name and shape: what `fleet-bench flops` counts the
+    /// model's FLOPs from, so the count follows the module, not a guess.
+    pub fn parameter_shapes(&self) -> Result<Vec<(String, Vec<i64>)>, EngineError> {
+        Ok(self.module.named_parameters()?.into_iter().map(|(name, tensor)| (name, tensor.size())).collect())
+    }
+
     /// One vector per row of single-segment ids, in row order.
     pub fn vectors(&self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, EngineError> {
         self.vectors_of(&rows.iter().map(|ids| TextRow { ids, type_ids: None }).collect::<Vec<_>>())

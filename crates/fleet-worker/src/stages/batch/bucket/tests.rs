@@ -18,7 +18,7 @@ fn limits() -> BucketLimits {
 fn buckets_by_length_and_pads_to_the_longest_member() {
     let mut b = BucketBatcher::new(limits());
     b.push("short", 10, 1_000, 0);
-    b.push("long", 100, 1_000, 0);
+    b.push("long", 70, 1_000, 0);
     b.push("short2", 12, 1_000, 0);
     let p = b.poll(5);
     let batch = p.batch.unwrap();
@@ -431,4 +431,27 @@ fn an_item_of_many_rows_counts_them_all_and_stays_whole() {
     assert_eq!(second.items, vec!["two pairs", "one text"], "2 + 1 rows fit");
     b.push_rows("too many pairs", 10, 9, 1_000, 10);
     assert_eq!(b.poll(10).batch.unwrap().items, vec!["too many pairs"], "alone, never split or stuck");
+}
+
+#[test]
+fn a_batch_share_scales_both_the_row_and_the_token_budget() {
+    // Rows: 4 at 100 %, 2 at 50 %.
+    let mut b = BucketBatcher::new(limits()).with_batch_percent(50);
+    for item in ["a", "b", "c"] {
+        b.push(item, 10, 1_000, 0);
+    }
+    assert_eq!(b.row_cap(0), 2);
+    assert_eq!(b.flush(0).batch.unwrap().items, vec!["a", "b"]);
+    // Tokens: 256 at 100 % (two rows of 70), 128 at 50 % (one).
+    let mut b = BucketBatcher::new(limits()).with_batch_percent(50);
+    b.push("long", 70, 1_000, 0);
+    b.push("long2", 70, 1_000, 0);
+    assert_eq!(b.flush(0).batch.unwrap().items, vec!["long"]);
+    // Back at 100 %, both go together; a single row always goes.
+    b.set_batch_percent(100);
+    b.push("long3", 70, 1_000, 0);
+    assert_eq!(b.flush(0).batch.unwrap().items, vec!["long2", "long3"]);
+    b.set_batch_percent(1);
+    b.push("alone", 128, 1_000, 0);
+    assert_eq!(b.flush(0).batch.unwrap().items, vec!["alone"]);
 }

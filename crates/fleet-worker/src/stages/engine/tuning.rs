@@ -1,0 +1,371 @@
+//! Chooses, on the worker's own traffic, the settings whose best value
+//! differs from one CPU to the next: libtorch's intra-op threads, then how
+//! full a batch is made (a share of each bucket's row and token budgets).
+//!
+//! Why on live traffic and not at warm-up: the engine shares the cores with
+//! the rest of the worker (Kafka reads, tokenizing, Redis writes). What
+//! counts is what the whole path answers, and the engine alone cannot tell
+//! it: on a 2-core AMX Xeon one thread answered more than two, on a 2-core
+//! EPYC without AVX-512 BF16 two answered more (docs/benchmarks.md). So
+//! while the worker holds a backlog (the engine is the bottleneck, and its
+//! rows per wall second are the path's), each candidate runs for windows of
+//! a few seconds in an A B B A order (drift hits all alike), and the one
+//! with the most rows per wall second is kept. Windows in which the
+//! backlog ran out are thrown away: an idle engine measures the load, not
+//! the setting. It runs once per process; `--intra-op-threads` fixes the
+//! threads and `--engine-tuning off` both knobs.
+//!
+//! Pure: the engine feeds it each batch's start, rows and whether a backlog
+//! was held, and applies the changes it returns.
+
+use std::fmt;
+
+/// A setting the tuner moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// libtorch intra-op threads of the engine's calls.
+    Threads(usize),
+    /// Each bucket's row and token budgets scaled to this percent.
+    BatchPercent(u32),
+}
+
+impl Setting {
+    /// The `knob` and `value` labels of its gauge series.
+    pub fn label(self) -> (&'static str, String) {
+        match self {
+            Self::Threads(n) => ("threads", n.to_string()),
+            Self::BatchPercent(p) => ("batch_percent", p.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Threads(n) => write!(f, "threads={n}"),
+            Self::BatchPercent(p) => write!(f, "batch_percent={p}"),
+        }
+    }
+}
+
+/// How long each trial lasts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrialLength {
+    /// A window ends after this much wall time of held backlog …
+    pub window_ms: f64,
+    /// … and at least this many batches.
+    pub min_batches: usize,
+    /// Windows per candidate (the order reverses each round).
+    pub rounds: usize,
+}
+
+impl Default for TrialLength {
+    fn default() -> Self {
+        Self { window_ms: 3_000.0, min_batches: 6, rounds: 2 }
+    }
+}
+
+/// A candidate must beat the knob's preferred value (the configured batch
+/// budgets) by this much to replace it: smaller batches cost latency
+/// nothing measures here, and the windows' noise is a few percent.
+const MARGIN: f64 = 0.05;
+
+/// What the engine should do now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Run the next window with this setting.
+    Try(Setting),
+    /// The knob is decided: this setting stays; each candidate's rows per
+    /// wall second, for the log and the gauges.
+    Settle { setting: Setting, rates: Vec<(Setting, f64)> },
+}
+
+/// One knob's candidates, tried in turn.
+#[derive(Debug, Clone)]
+struct Knob {
+    plan: Vec<Setting>,
+    /// Index in `plan` of the setting being measured.
+    trial: usize,
+    /// (rows, ms) measured per candidate.
+    measured: Vec<(Setting, usize, f64)>,
+    /// Kept unless another beats it by [`MARGIN`].
+    preferred: Option<Setting>,
+}
+
+impl Knob {
+    fn new(candidates: &[Setting], rounds: usize, preferred: Option<Setting>) -> Self {
+        let mut plan = Vec::with_capacity(candidates.len() * rounds);
+        for round in 0..rounds {
+            if round % 2 == 0 {
+                plan.extend(candidates.iter().copied());
+            } else {
+                plan.extend(candidates.iter().rev().copied());
+            }
+        }
+        let measured = candidates.iter().map(|&c| (c, 0, 0.0)).collect();
+        Self { plan, trial: 0, measured, preferred }
+    }
+
+    fn current(&self) -> Setting {
+        self.plan[self.trial]
+    }
+
+    fn record(&mut self, rows: usize, ms: f64) {
+        let setting = self.current();
+        if let Some(entry) = self.measured.iter_mut().find(|(s, _, _)| *s == setting) {
+            entry.1 += rows;
+            entry.2 += ms;
+        }
+    }
+
+    fn rates(&self) -> Vec<(Setting, f64)> {
+        self.measured.iter().map(|&(s, rows, ms)| (s, rows as f64 * 1000.0 / ms.max(1e-9))).collect()
+    }
+
+    /// The most rows per second; the preferred setting unless beaten by the margin.
+    fn best(&self) -> Setting {
+        let rates = self.rates();
+        let (fastest, top) =
+            rates.iter().copied().fold((rates[0].0, f64::MIN), |best, r| if r.1 > best.1 { r } else { best });
+        match self.preferred.and_then(|p| rates.iter().find(|(s, _)| *s == p)) {
+            Some(&(preferred, rate)) if top <= rate * (1.0 + MARGIN) => preferred,
+            _ => fastest,
+        }
+    }
+}
+
+/// The window being measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    /// The start of its first counted batch; `None` until one.
+    started_ms: Option<f64>,
+    /// Rows of the batches finished within it.
+    rows: usize,
+    batches: usize,
+    /// Rows of the batch that started last (counted once the next starts).
+    running: usize,
+    /// The first batch after a change only warms the setting up.
+    warming: bool,
+}
+
+/// The knobs to tune, in order, and the window being measured.
+#[derive(Debug, Clone)]
+pub struct Tuner {
+    knobs: Vec<Knob>,
+    length: TrialLength,
+    window: Window,
+    /// Whether the current knob's first setting has been applied.
+    started: bool,
+}
+
+impl Tuner {
+    /// Tunes the thread counts `threads` (none or one: left as they are),
+    /// then the batch percents `batch_percents` (the first is preferred).
+    pub fn new(threads: &[usize], batch_percents: &[u32], length: TrialLength) -> Self {
+        let mut knobs = Vec::new();
+        if threads.len() > 1 {
+            let candidates: Vec<Setting> = threads.iter().map(|&t| Setting::Threads(t)).collect();
+            knobs.push(Knob::new(&candidates, length.rounds, None));
+        }
+        if batch_percents.len() > 1 {
+            let candidates: Vec<Setting> = batch_percents.iter().map(|&p| Setting::BatchPercent(p)).collect();
+            knobs.push(Knob::new(&candidates, length.rounds, candidates.first().copied()));
+        }
+        Self { knobs, length, window: Window::default(), started: false }
+    }
+
+    /// Every candidate of the knobs left to tune.
+    pub fn candidates(&self) -> Vec<Setting> {
+        self.knobs.iter().flat_map(|knob| knob.measured.iter().map(|&(s, _, _)| s)).collect()
+    }
+
+    /// Whether anything is left to tune.
+    pub fn is_done(&self) -> bool {
+        self.knobs.is_empty()
+    }
+
+    /// A batch of `rows` starts at `at_ms`; `backlog`: the worker holds more
+    /// work than the engine can take at once. The change to apply before
+    /// it runs, if any.
+    pub fn observe(&mut self, at_ms: f64, rows: usize, backlog: bool) -> Option<Change> {
+        let knob = self.knobs.first_mut()?;
+        if !backlog {
+            // An idle engine would measure the load: this window is lost.
+            self.window = Window { warming: self.window.warming, ..Window::default() };
+            return None;
+        }
+        if !self.started {
+            self.started = true;
+            self.window = Window { warming: true, ..Window::default() };
+            return Some(Change::Try(knob.current()));
+        }
+        let window = &mut self.window;
+        if window.warming {
+            window.warming = false;
+            window.running = 0;
+            window.started_ms = None;
+        }
+        let Some(started_ms) = window.started_ms else {
+            window.started_ms = Some(at_ms);
+            window.running = rows;
+            return None;
+        };
+        window.rows += window.running;
+        window.batches += 1;
+        window.running = rows;
+        let elapsed = at_ms - started_ms;
+        if elapsed < self.length.window_ms || window.batches < self.length.min_batches {
+            return None;
+        }
+        knob.record(window.rows, elapsed);
+        self.window = Window { warming: true, ..Window::default() };
+        knob.trial += 1;
+        if knob.trial < knob.plan.len() {
+            return Some(Change::Try(knob.current()));
+        }
+        let settled = Change::Settle { setting: knob.best(), rates: knob.rates() };
+        self.knobs.remove(0);
+        self.started = false;
+        Some(settled)
+    }
+}
+
+/// The intra-op thread counts worth trying on `cores`: each up to 4, then
+/// powers of two and the last two counts (a 64-core host tries 8, not 64).
+pub fn thread_candidates(cores: usize) -> Vec<usize> {
+    let cores = cores.max(1);
+    let mut counts: Vec<usize> = (1..=cores.min(4)).collect();
+    let mut next = 8;
+    while next < cores {
+        counts.push(next);
+        next *= 2;
+    }
+    for last in [cores.saturating_sub(1), cores] {
+        if last > 4 && !counts.contains(&last) {
+            counts.push(last);
+        }
+    }
+    counts
+}
+
+/// The batch budgets tried: the configured ones first (preferred), then
+/// half and a quarter of them.
+pub const BATCH_PERCENTS: [u32; 3] = [100, 50, 25];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHORT: TrialLength = TrialLength { window_ms: 1_000.0, min_batches: 3, rounds: 2 };
+
+    /// Feeds batches of 10 rows whose length depends on the settings in
+    /// force, until the tuner is done; the settings it ends with, and the
+    /// sequence of changes.
+    fn drive(
+        tuner: &mut Tuner,
+        batch_ms: impl Fn(usize, u32) -> f64,
+        backlog: impl Fn(usize) -> bool,
+    ) -> ((usize, u32), Vec<Change>) {
+        let (mut threads, mut percent, mut now, mut changes) = (1, 100, 0.0, Vec::new());
+        for i in 0..100_000 {
+            if tuner.is_done() {
+                break;
+            }
+            let held = backlog(i);
+            if !held {
+                // The backlog ran out: the engine waited for work.
+                now += 1_000.0;
+            }
+            if let Some(change) = tuner.observe(now, 10, held) {
+                let setting = match &change {
+                    Change::Try(s) | Change::Settle { setting: s, .. } => *s,
+                };
+                match setting {
+                    Setting::Threads(t) => threads = t,
+                    Setting::BatchPercent(p) => percent = p,
+                }
+                changes.push(change);
+            }
+            now += batch_ms(threads, percent);
+        }
+        assert!(tuner.is_done(), "the tuner never finished");
+        ((threads, percent), changes)
+    }
+
+    #[test]
+    fn keeps_the_thread_count_that_answers_most_and_tries_each_in_a_b_b_a_order() {
+        let mut tuner = Tuner::new(&[1, 2], &[], SHORT);
+        let ((threads, _), changes) = drive(&mut tuner, |t, _| if t == 2 { 80.0 } else { 100.0 }, |_| true);
+        assert_eq!(threads, 2);
+        let tried: Vec<Setting> =
+            changes.iter().filter_map(|c| if let Change::Try(s) = c { Some(*s) } else { None }).collect();
+        let order = [1, 2, 2, 1].map(Setting::Threads);
+        assert_eq!(tried, order);
+        let Some(Change::Settle { rates, .. }) = changes.last() else { panic!("no settle: {changes:?}") };
+        assert!((rates[0].1 - 100.0).abs() < 1e-6 && (rates[1].1 - 125.0).abs() < 1e-6, "{rates:?}");
+    }
+
+    #[test]
+    fn the_configured_batch_budget_stays_unless_a_smaller_one_is_clearly_faster() {
+        // 3 % faster at half: within the margin, the configured budget stays.
+        let mut tuner = Tuner::new(&[], &BATCH_PERCENTS, SHORT);
+        let ((_, percent), _) = drive(&mut tuner, |_, p| if p == 50 { 97.0 } else { 100.0 }, |_| true);
+        assert_eq!(percent, 100);
+        // 20 % faster at a quarter: it is kept.
+        let mut tuner = Tuner::new(&[], &BATCH_PERCENTS, SHORT);
+        let ((_, percent), _) = drive(&mut tuner, |_, p| if p == 25 { 80.0 } else { 100.0 }, |_| true);
+        assert_eq!(percent, 25);
+    }
+
+    #[test]
+    fn threads_are_decided_before_the_batch_budget_and_each_once() {
+        let mut tuner = Tuner::new(&[1, 2, 3], &BATCH_PERCENTS, SHORT);
+        let ((threads, percent), changes) =
+            drive(&mut tuner, |t, p| 100.0 / t as f64 * if p == 50 { 0.5 } else { 1.0 }, |_| true);
+        assert_eq!((threads, percent), (3, 50));
+        let settled: Vec<Setting> = changes
+            .iter()
+            .filter_map(|c| if let Change::Settle { setting, .. } = c { Some(*setting) } else { None })
+            .collect();
+        assert_eq!(settled, [Setting::Threads(3), Setting::BatchPercent(50)]);
+        assert!(matches!(changes.first(), Some(Change::Try(Setting::Threads(1)))));
+    }
+
+    #[test]
+    fn windows_without_a_backlog_are_thrown_away() {
+        // Every fourth batch finds no backlog: a window needs more batches
+        // in a row than that, so none completes.
+        let length = TrialLength { window_ms: 200.0, min_batches: 4, rounds: 1 };
+        let mut tuner = Tuner::new(&[1, 2], &[], length);
+        for i in 0..1_000 {
+            assert_eq!(
+                tuner.observe(i as f64 * 100.0, 10, i % 4 != 3).filter(|c| matches!(c, Change::Settle { .. })),
+                None
+            );
+        }
+        // Held for 8 batches in 9, windows complete, and the waits for work
+        // between them never count: each setting is measured at its speed.
+        let mut tuner = Tuner::new(&[1, 2], &[], length);
+        let ((threads, _), changes) = drive(&mut tuner, |t, _| if t == 1 { 50.0 } else { 100.0 }, |i| i % 9 != 8);
+        assert_eq!(threads, 1);
+        let Some(Change::Settle { rates, .. }) = changes.last() else { panic!() };
+        assert!((rates[0].1 - 200.0).abs() < 1e-6 && (rates[1].1 - 100.0).abs() < 1e-6, "{rates:?}");
+    }
+
+    #[test]
+    fn nothing_to_tune_with_one_candidate_or_none() {
+        let mut tuner = Tuner::new(&[2], &[100], SHORT);
+        assert!(tuner.is_done());
+        assert_eq!(tuner.observe(0.0, 10, true), None);
+    }
+
+    #[test]
+    fn thread_candidates_cover_small_hosts_fully_and_large_ones_sparsely() {
+        assert_eq!(thread_candidates(1), [1]);
+        assert_eq!(thread_candidates(2), [1, 2]);
+        assert_eq!(thread_candidates(4), [1, 2, 3, 4]);
+        assert_eq!(thread_candidates(6), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(thread_candidates(16), [1, 2, 3, 4, 8, 15, 16]);
+        assert_eq!(thread_candidates(64), [1, 2, 3, 4, 8, 16, 32, 63, 64]);
+    }
+}
