@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test up down test-deploy bench-batching bench-pipeline bench-peer bench-precision bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test up down test-deploy bench-batching bench-pipeline bench-threads bench-peer bench-precision bench-flops bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -29,6 +29,11 @@ bench-batching:
 bench-pipeline:
 	bash scripts/bench-pipeline.sh
 
+# The worker's tuned threads and batch budgets against every fixed thread
+# count, whole path, alternating rounds (docs/benchmarks.md).
+bench-threads:
+	bash scripts/bench-threads.sh
+
 # The fleet against a plain Python consumer on the same texts (docs/benchmarks.md).
 bench-peer:
 	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && "$$FLEET_BIN_DIR/loadtest" peer'
@@ -36,6 +41,10 @@ bench-peer:
 # bf16 (or fp16) against fp32, same process, both models (docs/benchmarks.md).
 bench-precision:
 	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" precision'
+
+# This CPU's GEMM peak and the text model's share of it per bucket (--precision, --threads).
+bench-flops:
+	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" flops'
 
 # Uses (and flushes) Redis database 15 on 127.0.0.1:6379.
 bench-redis:

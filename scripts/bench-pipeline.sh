@@ -1,39 +1,49 @@
 #!/usr/bin/env bash
-# `make bench-pipeline`: the whole Kafka → worker → Redis path against a raw
-# tch loop over the same texts with the same batcher, threads and precision,
-# in one run. The ratio is the share of the engine's speed that the fleet
-# delivers end to end.
+# `make bench-pipeline`: how much of the wall time the engine spends on the
+# rows the whole Kafka → worker → Redis path answers, and how far the model
+# is from this CPU's limit.
 #
-# The texts: the demo's real sentences, each sent $FLEET_BENCH_REPEATS times
-# (default 30, 9600 texts) with a number appended so that none is a
-# feature-cache hit: long enough (15-20 s) that the path's fixed costs (the
-# first fetch, the last answer's poll: ~0.7 s in all) do not decide the
-# figure.
+# One worker as `make demo` starts it (its precision and tuning its own),
+# the demo's real sentences ×$FLEET_BENCH_REPEATS (default 30: 9600 texts),
+# numbered so that the feature cache answers none. First rounds of texts
+# until the worker has tuned its threads and batch budgets on this load,
+# then two measured rounds, each sent at once and waited for (first send to
+# last answer), the worker's /metrics scraped around each:
+#
+#   busy_ratio = texts answered per wall second
+#                / rows computed per second of model time (fleet_inference_seconds)
+#
+# i.e. the share of the wall time the engine is busy with the rows it
+# answers. Then, the worker stopped, `fleet-bench flops` in the worker's
+# precision and threads: a large GEMM's FLOP/s (the CPU's practical peak)
+# and the model's shape, from which the path's achieved FLOP/s is a
+# fraction of that peak (scripts/path_figures.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 source scripts/services.sh
-# The worker's default: all cores but one for the model (at least 1).
-cores=$(nproc)
-threads="${FLEET_INTRA_OP_THREADS:-$(( cores > 1 ? cores - 1 : 1 ))}"
-repeats="${FLEET_BENCH_REPEATS:-30}"
-texts="$FLEET_RUN_DIR/bench-pipeline-texts.txt"
-for r in $(seq "$repeats"); do sed "s/\$/ ($r)/" scripts/demo-sentences.txt; done >"$texts"
+source scripts/bench-path-lib.sh
+cpu=$(path_cpu)
 trap stop_started EXIT
 ensure_redis
 ensure_broker
-# The worker chooses its precision (config `precision = "auto"`); the raw
-# loop runs in the same one, read back from the worker's log.
 redis-cli -p 6379 --scan --pattern 'fleet:feat:minilm:*' | xargs -r redis-cli -p 6379 del >/dev/null
 "$FLEET_BIN_DIR/fleet-produce" topics --model minilm
-FLEET_INTRA_OP_THREADS="$threads" start_worker minilm 9464 bench-worker.log
+start_worker minilm "$PATH_PORT" bench-worker.log
 precision=$(sed -n 's/.*precision chosen.*precision="\{0,1\}\([a-z0-9]*\).*/\1/p' "$FLEET_RUN_DIR/bench-worker.log" | tail -1)
-echo "worker: precision ${precision:-unknown}"
-n=$(wc -l <"$texts")
-demo=$("$FLEET_BIN_DIR/fleet-produce" send --model minilm --file "$texts" --wait --timeout 300s --summary \
-  | tee /dev/stderr | sed -n 's/^throughput: \([0-9.]*\).*/\1/p')
+precision=${precision:-fp32}
+path_wait_tuned
+threads=$(path_gauge fleet_engine_intra_op_threads)
+percent=$(path_gauge fleet_engine_batch_percent)
+echo "machine: $cpu, $(nproc) cores"
+echo "worker: precision $precision, intra-op threads $threads, batch budgets ${percent} %"
+grep "engine tuning: chosen" "$FLEET_RUN_DIR/bench-worker.log" | sed 's/^/worker: /' || true
+for round in 1 2; do path_measure "run$round"; done
 stop_started
 STARTED_PIDS=()
-raw=$("$FLEET_BIN_DIR/fleet-bench" --threads "$threads" --precision "${precision:-fp32}" raw --file "$texts" \
-  | tee /dev/stderr | sed -n 's/^RESULT raw throughput=//p')
-python3 -c "import sys; r,d=float(sys.argv[1]),float(sys.argv[2]); print(f'RESULT pipeline texts={sys.argv[3]} precision={sys.argv[4]} demo_throughput={d:.1f} raw_throughput={r:.1f} ratio={d/r:.2f}')" "$raw" "$demo" "$n" "${precision:-fp32}"
+flops=$("$FLEET_BIN_DIR/fleet-bench" --threads "$threads" --precision "$precision" flops | tee /dev/stderr)
+gemm=$(sed -n 's/^RESULT gemm .*gflops=\([0-9.]*\).*/\1/p' <<<"$flops")
+shape=$(sed -n 's/^RESULT shape linear_params=\([0-9]*\) layers=\([0-9]*\) hidden=\([0-9]*\).*/\1,\2,\3/p' <<<"$flops")
+for round in 1 2; do
+  path_result "run$round" "precision=$precision threads=$threads batch_percent=$percent cpu=\"$cpu\"" "$shape" "$gemm"
+done

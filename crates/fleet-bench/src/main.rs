@@ -7,10 +7,13 @@
 //! - `raw`: the engine alone over a file of texts with the worker's batcher:
 //!   the ceiling the full Kafka → Redis path is compared against.
 //! - `image-decode`, `image-burst`: see [`image_bench`].
+//! - `flops`: this CPU's GEMM peak and the text model's share of it per
+//!   length bucket and batch size, see [`flops_bench`].
 //! - `redis`: answers written one round trip each vs pipelined per batch,
 //!   and a feature-cache hit vs computing the batch. Uses (and flushes!) the
 //!   Redis database it is given: point it at a scratch database.
 
+mod flops_bench;
 mod image_bench;
 mod measure;
 mod plot;
@@ -81,6 +84,18 @@ enum Command {
     ImageBurst(ImageBurstArgs),
     /// bf16 (--precision, default bf16) against fp32, both models, same process.
     Precision(PrecisionCommand),
+    /// GEMM peak (--precision fp32|bf16, --threads) against the text model's FLOP/s per bucket.
+    Flops(FlopsCommand),
+}
+
+#[derive(Args)]
+struct FlopsCommand {
+    /// Real sentences the batches' token ids are cut from.
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+    /// Print the module's parameter names and shapes: what the FLOP count reads.
+    #[arg(long)]
+    list_parameters: bool,
 }
 
 #[derive(Args)]
@@ -194,6 +209,21 @@ fn main() -> Result<()> {
                 rounds: args.rounds,
             });
         }
+        Command::Flops(args) => {
+            tch::set_num_threads(cli.common.threads);
+            tch::set_num_interop_threads(1);
+            println!("machine: {}", machine());
+            let precision = format!("{:?}", cli.common.precision).to_lowercase();
+            return flops_bench::run(&flops_bench::FlopsArgs {
+                repo: &cli.common.model_repo,
+                model: &cli.common.model,
+                corpus: &args.corpus,
+                kind: cli.common.precision.kind(),
+                precision: &precision,
+                threads: cli.common.threads,
+                list_parameters: args.list_parameters,
+            });
+        }
         _ => {}
     }
     tch::set_num_threads(cli.common.threads);
@@ -218,7 +248,9 @@ fn main() -> Result<()> {
         Command::Batching(args) => batching(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Raw(args) => raw(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Redis(args) => redis(&args, &tokenizer, &engine),
-        Command::ImageDecode(_) | Command::ImageBurst(_) | Command::Precision(_) => unreachable!("handled above"),
+        Command::ImageDecode(_) | Command::ImageBurst(_) | Command::Precision(_) | Command::Flops(_) => {
+            unreachable!("handled above")
+        }
     };
     if let tch::Device::Cuda(index) = device {
         match fleet_worker::status::gpu::device_memory(index as u32) {
