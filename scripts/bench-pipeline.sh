@@ -27,7 +27,7 @@ cpu=$(path_cpu)
 trap stop_started EXIT
 ensure_redis
 ensure_broker
-redis-cli -p 6379 --scan --pattern 'fleet:feat:minilm:*' | xargs -r redis-cli -p 6379 del >/dev/null
+path_forget_cache
 "$FLEET_BIN_DIR/fleet-produce" topics --model minilm
 start_worker minilm "$PATH_PORT" bench-worker.log
 precision=$(sed -n 's/.*precision chosen.*precision="\{0,1\}\([a-z0-9]*\).*/\1/p' "$FLEET_RUN_DIR/bench-worker.log" | tail -1)
@@ -41,7 +41,9 @@ grep "engine tuning: chosen" "$FLEET_RUN_DIR/bench-worker.log" | sed 's/^/worker
 for round in 1 2; do path_measure "run$round"; done
 stop_started
 STARTED_PIDS=()
-flops=$("$FLEET_BIN_DIR/fleet-bench" --threads "$threads" --precision "$precision" flops | tee /dev/stderr)
+"$FLEET_BIN_DIR/fleet-bench" --threads "$threads" --precision "$precision" flops >"$FLEET_RUN_DIR/bench-flops.txt"
+cat "$FLEET_RUN_DIR/bench-flops.txt"
+flops=$(cat "$FLEET_RUN_DIR/bench-flops.txt")
 gemm=$(sed -n 's/^RESULT gemm .*gflops=\([0-9.]*\).*/\1/p' <<<"$flops")
 shape=$(sed -n 's/^RESULT shape linear_params=\([0-9]*\) layers=\([0-9]*\) hidden=\([0-9]*\).*/\1,\2,\3/p' <<<"$flops")
 for round in 1 2; do

@@ -5,8 +5,9 @@
 #
 # Each round starts a fresh worker per setting, in turn (the order reversed
 # every other round, so drift hits all alike): `fixed-N` runs with
-# --intra-op-threads N and tuning off; `tuned` with the defaults, first fed
-# rounds of texts until it has decided, then measured like the others. A
+# --intra-op-threads N and tuning off; `tuned` with the defaults. Each
+# serves a round of texts first (and `tuned` more, until it has decided),
+# then is measured on fresh texts. A
 # run = the demo's sentences ×$FLEET_BENCH_REPEATS sent at once, first send
 # to last answer (scripts/bench-path-lib.sh). Last line:
 #   RESULT threads chosen=<n> chosen_per_s=<median> best_fixed=<n> best_fixed_per_s=<median> ratio=<chosen/best>
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 source scripts/services.sh
 source scripts/bench-path-lib.sh
-rounds="${FLEET_BENCH_ROUNDS:-3}"
+rounds="${FLEET_BENCH_ROUNDS:-2}"
 cores=$(nproc)
 settings=()
 for t in $(seq "$(( cores < 4 ? cores : 4 ))"); do settings+=("fixed-$t"); done
@@ -24,6 +25,7 @@ cpu=$(path_cpu)
 trap stop_started EXIT
 ensure_redis
 ensure_broker
+path_forget_cache
 "$FLEET_BIN_DIR/fleet-produce" topics --model minilm
 echo "machine: $cpu, $cores cores; settings: ${settings[*]}; $rounds rounds"
 results="$FLEET_RUN_DIR/bench-threads.results"
@@ -40,6 +42,10 @@ for round in $(seq "$rounds"); do
       export FLEET_INTRA_OP_THREADS=${setting#fixed-} FLEET_ENGINE_TUNING=false
     fi
     start_worker minilm "$PATH_PORT" "bench-threads-$setting.log"
+    # Every setting serves a round first: a fresh worker's first batches
+    # of each shape pay for libtorch's first-call optimisation.
+    path_texts "$FLEET_RUN_DIR/bench-path-warm.txt"
+    path_send "$FLEET_RUN_DIR/bench-path-warm.txt" >/dev/null
     [ "$setting" = tuned ] && path_wait_tuned
     threads=$(path_gauge fleet_engine_intra_op_threads)
     percent=$(path_gauge fleet_engine_batch_percent)

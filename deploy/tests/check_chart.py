@@ -791,7 +791,20 @@ def release_scenario():
         "topics": {"replicationFactor": 3, "minInsyncReplicas": 2, "retentionMs": 86400000},
         "prometheusRule": {"runbookBaseUrl": "https://git.example.com/fleet/blob/main/"},
         "grafanaDashboard": {"enabled": True},
+        # The worker chooses its threads by measurement: no FLEET_INTRA_OP_THREADS.
+        "modelDefaults": {"intraOpThreads": "auto"},
     }
+
+
+@check("intraOpThreads: auto leaves the thread count to the worker's measurement")
+def check_threads_auto(release_docs):
+    workers = [d for d in release_docs if d.get("kind") == "Deployment" and "worker" in d["metadata"]["name"]]
+    assert workers, "no worker Deployment rendered"
+    for deployment in workers:
+        worker = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "worker")
+        env = env_of(worker)
+        assert "FLEET_INTRA_OP_THREADS" not in env, f"{deployment['metadata']['name']}: {env['FLEET_INTRA_OP_THREADS']}"
+    return f"{len(workers)} workers"
 
 
 def topic_job_args(docs):
@@ -1052,6 +1065,7 @@ def main():
     if "default" in scenarios and "release" in scenarios:
         check_topics_and_names(scenarios["default"][1], scenarios["release"][1])
         check_redis_acl(scenarios["default"][1], scenarios["release"][1])
+        check_threads_auto(scenarios["release"][1])
     check_strimzi(helm)
     if "bulk-hpa" in scenarios:
         check_bulk_hpa(scenarios["bulk-hpa"][1], values)

@@ -35,7 +35,8 @@ pub fn summarise(answered: &[(String, Answer)], wall: Duration, top_pairs: usize
         throughput_per_s: answered.len() as f64 / wall.as_secs_f64().max(1e-9),
         p50_ms: percentile(&totals, 0.50),
         p99_ms: percentile(&totals, 0.99),
-        neighbours: nearest_pairs(&embedded, top_pairs),
+        // Every pair is compared: `--pairs 0` skips it for large runs.
+        neighbours: if top_pairs == 0 { Vec::new() } else { nearest_pairs(&embedded, top_pairs) },
     }
 }
 

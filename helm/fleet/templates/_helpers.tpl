@@ -362,7 +362,11 @@ stored under its "models" key, so no number goes through a string:
 {{- $resources := default dict $m.resources -}}
 {{- $cpuRequest := "" -}}
 {{- if $resources.requests -}}{{- $cpuRequest = default "" (index $resources.requests "cpu") -}}{{- end -}}
-{{- $threads := int (include "fleet.int" (list $m.intraOpThreads (max 1 (sub (int (include "fleet.cpuCores" $cpuRequest)) 1)))) -}}
+{{- /* "auto": no FLEET_INTRA_OP_THREADS, the worker measures (docs/operations.md). */ -}}
+{{- $threads := "auto" -}}
+{{- if ne (toString $m.intraOpThreads) "auto" -}}
+{{- $threads = int (include "fleet.int" (list $m.intraOpThreads (max 1 (sub (int (include "fleet.cpuCores" $cpuRequest)) 1)))) -}}
+{{- end -}}
 {{- $dns := regexReplaceAll "[^a-z0-9-]" $name "-" | trimSuffix "-" -}}
 {{- /* What the bulk lane's lag alone may ask for: autoscaling.bulk.maxReplicas, never above the model's max. */ -}}
 {{- $bulkMax := min $max (int (include "fleet.int" (list $root.Values.autoscaling.bulk.maxReplicas $max))) -}}

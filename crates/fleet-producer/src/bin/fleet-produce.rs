@@ -169,7 +169,7 @@ struct SendArgs {
     /// Print a human summary (counts, throughput, latency, neighbours) instead of answer lines.
     #[arg(long, requires = "wait")]
     summary: bool,
-    /// With --summary: how many nearest-neighbour pairs to show.
+    /// With --summary: how many nearest-neighbour pairs to show (0: none; every pair of answers is compared).
     #[arg(long, default_value_t = 5)]
     pairs: usize,
     /// Refuse to send (exit 3) while the model's reported backlog is above this.
