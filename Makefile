@@ -29,8 +29,8 @@ bench-batching:
 bench-pipeline:
 	bash scripts/bench-pipeline.sh
 
-# The worker's tuned threads and batch budgets against every fixed thread
-# count, whole path, alternating rounds (docs/benchmarks.md).
+# The worker's tuned threads and batch budgets against fixed thread counts 1-4
+# (up to the cores), whole path, alternating rounds (docs/benchmarks.md).
 bench-threads:
 	bash scripts/bench-threads.sh
 

@@ -32,9 +32,11 @@ path_gauge() {
 
 # path_answered: the worker's answers so far, "OK NOT_OK" (error, expired).
 path_answered() {
-  path_scrape | awk '/^fleet_requests_total\{/ { if (index($0, "status=\"ok\"")) ok += $NF;
+  local scrape
+  scrape=$(path_scrape) || { echo "error: the worker's /metrics did not answer" >&2; return 1; }
+  awk '/^fleet_requests_total\{/ { if (index($0, "status=\"ok\"")) ok += $NF;
     else if (index($0, "status=\"error\"") || index($0, "status=\"expired\"")) bad += $NF }
-    END { print ok + 0, bad + 0 }'
+    END { print ok + 0, bad + 0 }' <<<"$scrape"
 }
 
 # path_send FILE: sends every text at once (deadlines 10 min away: none may
@@ -44,15 +46,17 @@ path_answered() {
 # open requests every 20 ms took ~40 % of a core, and Redis ~25 %, of the
 # two the path runs on.
 path_send() {
-  local file=$1 n before after started now
+  local file=$1 n before after started now answered
   n=$(wc -l <"$file")
-  read -r -a before <<<"$(path_answered)"
+  answered=$(path_answered) || exit 1
+  read -r -a before <<<"$answered"
   started=$(date +%s%N)
   "$FLEET_BIN_DIR/fleet-produce" send --model minilm --file "$file" --ttl-ms 600000 >/dev/null
   SECONDS=0
   while :; do
     now=$(date +%s%N)
-    read -r -a after <<<"$(path_answered)"
+    answered=$(path_answered) || exit 1
+    read -r -a after <<<"$answered"
     if (( after[1] > before[1] )); then
       echo "error: $(( after[1] - before[1] )) of $n texts answered error or expired" >&2; exit 1
     fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench-threads`: the worker's own choice of intra-op threads and batch
-# budgets (tuned on live traffic, stages/engine/tuning.rs) against every
-# fixed thread count, on the whole path, on this machine.
+# budgets (tuned on live traffic, stages/engine/tuning.rs) against each
+# fixed thread count from 1 to min(cores, 4), on the whole path, on this
+# machine.
 #
 # Each round starts a fresh worker per setting, in turn (the order reversed
 # every other round, so drift hits all alike): `fixed-N` runs with

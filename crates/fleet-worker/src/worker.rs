@@ -136,8 +136,11 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let first_served = (version.version, warmed.loaded.model.precision);
     let ledger = Arc::new(Ledger::new(health.clone()));
     // A backlog: more held than the batch running, the next one and a
-    // third (the engine is what the path waits for).
-    let backlog_rows = 3 * version.config.batching.max_batch_size;
+    // third (the engine is what the path waits for), or, where the
+    // in-flight limit is smaller, half its floor: reading resumes at half
+    // the limit, so a worker at its limit never holds less.
+    let floor = args.min_in_flight.min(args.max_in_flight);
+    let backlog_rows = (3 * version.config.batching.max_batch_size).min(floor / 2).max(1);
     let held = ledger.clone();
     let engine = EngineStage {
         model: args.model.clone(),

@@ -67,7 +67,17 @@ async fn behind_a_backlog_batches_are_cut_from_everything_the_worker_holds() {
         "minilm",
         &broker,
         &redis,
-        &["--max-in-flight", "1024", "--in-flight-target-wait", "0s", "--intra-op-threads", "1"],
+        // Tuning off: a trial of a smaller batch share would cut the batches.
+        &[
+            "--max-in-flight",
+            "1024",
+            "--in-flight-target-wait",
+            "0s",
+            "--intra-op-threads",
+            "1",
+            "--engine-tuning",
+            "false",
+        ],
     );
     let counts = ledger(&redis, &model, &ids, Duration::from_secs(180)).await;
     assert_eq!(counts.get("ok"), Some(&texts.len()), "{counts:?}");

@@ -1,8 +1,8 @@
 //! The engine chooses its intra-op threads and batch budgets on the
 //! worker's own traffic (stages/engine/tuning.rs): under a backlog each
 //! candidate is measured, and the worker keeps the one that answered most
-//! (the configured batch budgets unless a smaller share beat them by 5 %),
-//! shown in its gauges; every request is answered once meanwhile.
+//! (the configured batch budgets unless a smaller share won every window
+//! by 5 %), shown in its gauges; every request is answered once meanwhile.
 
 mod common;
 
@@ -56,10 +56,13 @@ async fn under_a_backlog_the_worker_measures_each_setting_and_keeps_the_one_that
     let expected_threads: f64 = if threads.len() < 2 { 1.0 } else { best(&threads, &thread_rates).parse().unwrap() };
     assert_eq!(chosen_threads, expected_threads, "threads {threads:?} measured {thread_rates:?}");
 
+    // The configured budgets stay unless a smaller share won every window
+    // by 5 % (the gauges hold totals: a winner's total beat them too).
     let percent_rates = rates(&scrape, "batch_percent", &percents);
-    let chosen_percent = metric_value(&scrape, "fleet_engine_batch_percent", &[]);
-    let fastest = best(&percents, &percent_rates);
-    let expected_percent: f64 =
-        if percent_rates.iter().all(|&r| r <= percent_rates[0] * 1.05) { 100.0 } else { fastest.parse().unwrap() };
-    assert_eq!(chosen_percent, expected_percent, "batch percents {percents:?} measured {percent_rates:?}");
+    let chosen_percent = metric_value(&scrape, "fleet_engine_batch_percent", &[]).to_string();
+    let chosen_rate = percent_rates[percents.iter().position(|p| *p == chosen_percent).expect("a candidate")];
+    assert!(
+        chosen_percent == "100" || chosen_rate > percent_rates[0] * 1.05,
+        "batch percent {chosen_percent} kept; measured {percents:?} {percent_rates:?}"
+    );
 }

@@ -160,9 +160,7 @@ impl WorkerArgs {
     }
 
     pub fn intra_op_threads(&self) -> usize {
-        self.intra_op_threads
-            .unwrap_or_else(|| default_intra_op_threads(std::thread::available_parallelism().map_or(1, usize::from)))
-            .max(1)
+        self.intra_op_threads.unwrap_or_else(|| default_intra_op_threads(cores())).max(1)
     }
 
     /// What the engine tunes on live traffic: nothing on CUDA or with
@@ -172,14 +170,19 @@ impl WorkerArgs {
         let length =
             TrialLength { window_ms: self.engine_tuning_window.as_secs_f64() * 1000.0, ..TrialLength::default() };
         if !self.engine_tuning || device.is_cuda() {
-            return Tuner::new(&[], &[], length);
+            return Tuner::new(&[], 1, &[], length);
         }
         let threads = match self.intra_op_threads {
             Some(_) => Vec::new(),
-            None => thread_candidates(std::thread::available_parallelism().map_or(1, usize::from)),
+            None => thread_candidates(cores()),
         };
-        Tuner::new(&threads, &BATCH_PERCENTS, length)
+        Tuner::new(&threads, self.intra_op_threads(), &BATCH_PERCENTS, length)
     }
+}
+
+/// The cores this process may use (cgroup-aware), at least 1.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// The cores left for the model at start: all but one for the rest of the worker.

@@ -206,7 +206,8 @@ impl EngineStage {
                         .map(|job| job.read_ms)
                         .min();
                     let at_ms = clock.elapsed().as_secs_f64() * 1000.0;
-                    if let Some(change) = self.tuner.observe(at_ms, batch.items.len(), (self.backlog)()) {
+                    let rows = batch.items.iter().map(|job| job.input.rows()).sum();
+                    if let Some(change) = self.tuner.observe(at_ms, rows, (self.backlog)()) {
                         self.apply_tuning(change);
                     }
                     let (started, started_ms) = (Instant::now(), now_ms());
@@ -265,6 +266,10 @@ impl EngineStage {
         let setting = match change {
             Change::Try(setting) => {
                 tracing::debug!(%setting, "engine tuning: trying");
+                setting
+            }
+            Change::Rest(setting) => {
+                tracing::debug!(%setting, "engine tuning: the backlog ran out; back to the resting setting");
                 setting
             }
             Change::Settle { setting, rates } => {

@@ -12,8 +12,10 @@
 //! a few seconds in an A B B A order (drift hits all alike), and the one
 //! with the most rows per wall second is kept. Windows in which the
 //! backlog ran out are thrown away: an idle engine measures the load, not
-//! the setting. It runs once per process; `--intra-op-threads` fixes the
-//! threads and `--engine-tuning off` both knobs.
+//! the setting, and the knob's resting setting (the start's, or the
+//! preferred one) holds until the backlog is back. It runs once per
+//! process; `--intra-op-threads` fixes the threads and `--engine-tuning
+//! false` both knobs.
 //!
 //! Pure: the engine feeds it each batch's start, rows and whether a backlog
 //! was held, and applies the changes it returns.
@@ -77,11 +79,19 @@ impl Default for TrialLength {
 /// answered 11 % less).
 const MARGIN: f64 = 0.05;
 
+/// Batches run after a change before its window starts: a new batch share
+/// reaches the engine only behind the batches already formed under the
+/// old one (one queued at each of the batch, cache and engine stages).
+const SETTLING_BATCHES: usize = 4;
+
 /// What the engine should do now.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     /// Run the next window with this setting.
     Try(Setting),
+    /// The backlog ran out mid-trial: back to the knob's resting setting
+    /// (a trial of one thread on a large host must not outlive its window).
+    Rest(Setting),
     /// The knob is decided: this setting stays; each candidate's rows per
     /// wall second, for the log and the gauges.
     Settle { setting: Setting, rates: Vec<(Setting, f64)> },
@@ -99,12 +109,14 @@ struct Knob {
     windows: Vec<(Setting, f64)>,
     /// Kept unless another beats it by [`MARGIN`].
     preferred: Option<Setting>,
+    /// In force whenever nothing is being measured.
+    resting: Setting,
 }
 
 impl Knob {
-    fn new(candidates: &[Setting], rounds: usize, preferred: Option<Setting>) -> Self {
+    fn new(candidates: &[Setting], rounds: usize, preferred: Option<Setting>, resting: Setting) -> Self {
         let mut plan = Vec::with_capacity(candidates.len() * rounds);
-        for round in 0..rounds {
+        for round in 0..rounds.max(1) {
             if round % 2 == 0 {
                 plan.extend(candidates.iter().copied());
             } else {
@@ -112,7 +124,7 @@ impl Knob {
             }
         }
         let measured = candidates.iter().map(|&c| (c, 0, 0.0)).collect();
-        Self { plan, trial: 0, measured, windows: Vec::new(), preferred }
+        Self { plan, trial: 0, measured, windows: Vec::new(), preferred, resting }
     }
 
     fn current(&self) -> Setting {
@@ -141,7 +153,9 @@ impl Knob {
     }
 
     /// The most rows per second; the preferred setting unless the fastest
-    /// beat it in every window by the margin.
+    /// beat it in every window by the margin (only the fastest in total is
+    /// weighed against it: a share that won every window but answered less
+    /// in all than another is not a clear winner).
     fn best(&self) -> Setting {
         let rates = self.rates();
         let fastest =
@@ -171,8 +185,8 @@ struct Window {
     batches: usize,
     /// Rows of the batch that started last (counted once the next starts).
     running: usize,
-    /// The first batch after a change only warms the setting up.
-    warming: bool,
+    /// Batches still to run before it starts (a change settling in).
+    settling: usize,
 }
 
 /// The knobs to tune, in order, and the window being measured.
@@ -181,26 +195,28 @@ pub struct Tuner {
     knobs: Vec<Knob>,
     length: TrialLength,
     window: Window,
-    /// Whether the current knob's first setting has been applied.
-    started: bool,
+    /// Whether the current trial's setting is in force (else the knob's
+    /// resting one).
+    trying: bool,
     /// Windows still to run before anything is measured.
     warm_up_left: usize,
 }
 
 impl Tuner {
-    /// Tunes the thread counts `threads` (none or one: left as they are),
-    /// then the batch percents `batch_percents` (the first is preferred).
-    pub fn new(threads: &[usize], batch_percents: &[u32], length: TrialLength) -> Self {
+    /// Tunes the thread counts `threads` (none or one: left as they are;
+    /// `start_threads` until decided), then the batch percents
+    /// `batch_percents` (the first is preferred, and in force until decided).
+    pub fn new(threads: &[usize], start_threads: usize, batch_percents: &[u32], length: TrialLength) -> Self {
         let mut knobs = Vec::new();
         if threads.len() > 1 {
             let candidates: Vec<Setting> = threads.iter().map(|&t| Setting::Threads(t)).collect();
-            knobs.push(Knob::new(&candidates, length.rounds, None));
+            knobs.push(Knob::new(&candidates, length.rounds, None, Setting::Threads(start_threads)));
         }
         if batch_percents.len() > 1 {
             let candidates: Vec<Setting> = batch_percents.iter().map(|&p| Setting::BatchPercent(p)).collect();
-            knobs.push(Knob::new(&candidates, length.rounds, candidates.first().copied()));
+            knobs.push(Knob::new(&candidates, length.rounds, Some(candidates[0]), candidates[0]));
         }
-        Self { knobs, length, window: Window::default(), started: false, warm_up_left: length.warm_up_windows }
+        Self { knobs, length, window: Window::default(), trying: false, warm_up_left: length.warm_up_windows }
     }
 
     /// Every candidate of the knobs left to tune.
@@ -219,20 +235,24 @@ impl Tuner {
     pub fn observe(&mut self, at_ms: f64, rows: usize, backlog: bool) -> Option<Change> {
         let knob = self.knobs.first_mut()?;
         if !backlog {
-            // An idle engine would measure the load: this window is lost.
-            self.window = Window { warming: self.window.warming, ..Window::default() };
+            // An idle engine would measure the load: this window is lost,
+            // and the trial's setting gives way until the backlog is back.
+            self.window = Window::default();
+            if self.trying {
+                self.trying = false;
+                return Some(Change::Rest(knob.resting));
+            }
             return None;
         }
-        if !self.started {
-            self.started = true;
-            self.window = Window { warming: true, ..Window::default() };
+        if !self.trying {
+            self.trying = true;
+            self.window = Window { settling: SETTLING_BATCHES, ..Window::default() };
             return Some(Change::Try(knob.current()));
         }
         let window = &mut self.window;
-        if window.warming {
-            window.warming = false;
-            window.running = 0;
-            window.started_ms = None;
+        if window.settling > 0 {
+            window.settling -= 1;
+            return None;
         }
         let Some(started_ms) = window.started_ms else {
             window.started_ms = Some(at_ms);
@@ -252,14 +272,15 @@ impl Tuner {
             return None;
         }
         knob.record(window.rows, elapsed);
-        self.window = Window { warming: true, ..Window::default() };
+        self.window = Window { settling: SETTLING_BATCHES, ..Window::default() };
         knob.trial += 1;
         if knob.trial < knob.plan.len() {
             return Some(Change::Try(knob.current()));
         }
         let settled = Change::Settle { setting: knob.best(), rates: knob.rates() };
         self.knobs.remove(0);
-        self.started = false;
+        // The next knob starts its trials with the next batch under backlog.
+        self.trying = false;
         Some(settled)
     }
 }
@@ -312,7 +333,7 @@ mod tests {
             }
             if let Some(change) = tuner.observe(now, 10, held) {
                 let setting = match &change {
-                    Change::Try(s) | Change::Settle { setting: s, .. } => *s,
+                    Change::Try(s) | Change::Rest(s) | Change::Settle { setting: s, .. } => *s,
                 };
                 match setting {
                     Setting::Threads(t) => threads = t,
@@ -328,7 +349,7 @@ mod tests {
 
     #[test]
     fn keeps_the_thread_count_that_answers_most_and_tries_each_in_a_b_b_a_order() {
-        let mut tuner = Tuner::new(&[1, 2], &[], SHORT);
+        let mut tuner = Tuner::new(&[1, 2], 1, &[], SHORT);
         let ((threads, _), changes) = drive(&mut tuner, |t, _| if t == 2 { 80.0 } else { 100.0 }, |_| true);
         assert_eq!(threads, 2);
         let tried: Vec<Setting> =
@@ -342,11 +363,11 @@ mod tests {
     #[test]
     fn the_configured_batch_budget_stays_unless_a_smaller_one_is_clearly_faster() {
         // 3 % faster at half: within the margin, the configured budget stays.
-        let mut tuner = Tuner::new(&[], &BATCH_PERCENTS, SHORT);
+        let mut tuner = Tuner::new(&[], 1, &BATCH_PERCENTS, SHORT);
         let ((_, percent), _) = drive(&mut tuner, |_, p| if p == 50 { 97.0 } else { 100.0 }, |_| true);
         assert_eq!(percent, 100);
         // 20 % faster at a quarter: it is kept.
-        let mut tuner = Tuner::new(&[], &BATCH_PERCENTS, SHORT);
+        let mut tuner = Tuner::new(&[], 1, &BATCH_PERCENTS, SHORT);
         let ((_, percent), _) = drive(&mut tuner, |_, p| if p == 25 { 80.0 } else { 100.0 }, |_| true);
         assert_eq!(percent, 25);
     }
@@ -355,8 +376,12 @@ mod tests {
     fn a_smaller_batch_share_must_win_every_window_to_replace_the_configured_one() {
         // Windows of 100 % at 100 and 140 rows/s, of 50 % at 130 and 125:
         // 50 % answered more in all, but not in every window.
-        let mut knob =
-            Knob::new(&[Setting::BatchPercent(100), Setting::BatchPercent(50)], 2, Some(Setting::BatchPercent(100)));
+        let mut knob = Knob::new(
+            &[Setting::BatchPercent(100), Setting::BatchPercent(50)],
+            2,
+            Some(Setting::BatchPercent(100)),
+            Setting::BatchPercent(100),
+        );
         for (rows, ms) in [(100, 1000.0), (130, 1000.0), (125, 1000.0), (140, 1000.0)] {
             knob.record(rows, ms);
             knob.trial += 1;
@@ -367,7 +392,7 @@ mod tests {
 
     #[test]
     fn threads_are_decided_before_the_batch_budget_and_each_once() {
-        let mut tuner = Tuner::new(&[1, 2, 3], &BATCH_PERCENTS, SHORT);
+        let mut tuner = Tuner::new(&[1, 2, 3], 2, &BATCH_PERCENTS, SHORT);
         let ((threads, percent), changes) =
             drive(&mut tuner, |t, p| 100.0 / t as f64 * if p == 50 { 0.5 } else { 1.0 }, |_| true);
         assert_eq!((threads, percent), (3, 50));
@@ -384,17 +409,17 @@ mod tests {
         // Every fourth batch finds no backlog: a window needs more batches
         // in a row than that, so none completes.
         let length = TrialLength { window_ms: 200.0, min_batches: 4, rounds: 1, warm_up_windows: 0 };
-        let mut tuner = Tuner::new(&[1, 2], &[], length);
+        let mut tuner = Tuner::new(&[1, 2], 1, &[], length);
         for i in 0..1_000 {
             assert_eq!(
                 tuner.observe(i as f64 * 100.0, 10, i % 4 != 3).filter(|c| matches!(c, Change::Settle { .. })),
                 None
             );
         }
-        // Held for 8 batches in 9, windows complete, and the waits for work
-        // between them never count: each setting is measured at its speed.
-        let mut tuner = Tuner::new(&[1, 2], &[], length);
-        let ((threads, _), changes) = drive(&mut tuner, |t, _| if t == 1 { 50.0 } else { 100.0 }, |i| i % 9 != 8);
+        // Held for 14 batches in 15, windows complete, and the waits for
+        // work between them never count: each setting is measured at its speed.
+        let mut tuner = Tuner::new(&[1, 2], 1, &[], length);
+        let ((threads, _), changes) = drive(&mut tuner, |t, _| if t == 1 { 50.0 } else { 100.0 }, |i| i % 15 != 14);
         assert_eq!(threads, 1);
         let Some(Change::Settle { rates, .. }) = changes.last() else { panic!() };
         assert!((rates[0].1 - 200.0).abs() < 1e-6 && (rates[1].1 - 100.0).abs() < 1e-6, "{rates:?}");
@@ -405,7 +430,7 @@ mod tests {
         // The first 40 batches are slow whatever the setting (first calls
         // of each shape); two warm-up windows of 1 s cover them.
         let length = TrialLength { warm_up_windows: 2, ..SHORT };
-        let mut tuner = Tuner::new(&[1, 2], &[], length);
+        let mut tuner = Tuner::new(&[1, 2], 1, &[], length);
         let mut batches = 0;
         let ((threads, _), changes) = drive(
             &mut tuner,
@@ -427,8 +452,19 @@ mod tests {
     }
 
     #[test]
+    fn a_trial_gives_way_to_the_resting_setting_when_the_backlog_runs_out() {
+        let mut tuner = Tuner::new(&[1, 2, 3], 3, &[], SHORT);
+        assert_eq!(tuner.observe(0.0, 10, true), Some(Change::Try(Setting::Threads(1))));
+        assert_eq!(tuner.observe(100.0, 10, true), None);
+        assert_eq!(tuner.observe(200.0, 10, false), Some(Change::Rest(Setting::Threads(3))));
+        assert_eq!(tuner.observe(300.0, 10, false), None);
+        // Back under backlog, the same trial starts over.
+        assert_eq!(tuner.observe(400.0, 10, true), Some(Change::Try(Setting::Threads(1))));
+    }
+
+    #[test]
     fn nothing_to_tune_with_one_candidate_or_none() {
-        let mut tuner = Tuner::new(&[2], &[100], SHORT);
+        let mut tuner = Tuner::new(&[2], 2, &[100], SHORT);
         assert!(tuner.is_done());
         assert_eq!(tuner.observe(0.0, 10, true), None);
     }
