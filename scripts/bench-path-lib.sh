@@ -18,6 +18,15 @@ path_texts() {
     | awk -v base=$(( PATH_SERIAL * 1000000 )) '{ printf "%s (%d)\n", $0, base + NR }' >"$file"
 }
 
+# path_services: Redis and the broker (started here unless running; stopped
+# by stop_started), minilm's topics, no feature-cache entries of earlier runs.
+path_services() {
+  ensure_redis
+  ensure_broker
+  path_forget_cache
+  "$FLEET_BIN_DIR/fleet-produce" topics --model minilm
+}
+
 # path_forget_cache: drops the feature-cache entries earlier runs left.
 path_forget_cache() {
   redis-cli -p 6379 --scan --pattern 'fleet:feat:minilm:*' | xargs -r -n 1000 redis-cli -p 6379 del >/dev/null

@@ -25,10 +25,7 @@ source scripts/services.sh
 source scripts/bench-path-lib.sh
 cpu=$(path_cpu)
 trap stop_started EXIT
-ensure_redis
-ensure_broker
-path_forget_cache
-"$FLEET_BIN_DIR/fleet-produce" topics --model minilm
+path_services
 start_worker minilm "$PATH_PORT" bench-worker.log
 precision=$(sed -n 's/.*precision chosen.*precision="\{0,1\}\([a-z0-9]*\).*/\1/p' "$FLEET_RUN_DIR/bench-worker.log" | tail -1)
 precision=${precision:-fp32}

@@ -24,10 +24,7 @@ for t in $(seq "$(( cores < 4 ? cores : 4 ))"); do settings+=("fixed-$t"); done
 settings+=(tuned)
 cpu=$(path_cpu)
 trap stop_started EXIT
-ensure_redis
-ensure_broker
-path_forget_cache
-"$FLEET_BIN_DIR/fleet-produce" topics --model minilm
+path_services
 echo "machine: $cpu, $cores cores; settings: ${settings[*]}; $rounds rounds"
 results="$FLEET_RUN_DIR/bench-threads.results"
 : >"$results"
