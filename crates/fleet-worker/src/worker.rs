@@ -140,7 +140,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     // in-flight limit is smaller, half its floor: reading resumes at half
     // the limit, so a worker at its limit never holds less.
     let floor = args.min_in_flight.min(args.max_in_flight);
-    let backlog_rows = (3 * version.config.batching.max_batch_size).min(floor / 2).max(1);
+    let backlog_messages = (3 * version.config.batching.max_batch_size).min(floor / 2).max(1);
     let held = ledger.clone();
     let engine = EngineStage {
         model: args.model.clone(),
@@ -158,7 +158,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         runtime: tokio::runtime::Handle::current(),
         ahead: ahead.clone(),
         tuner: args.engine_tuner(device),
-        backlog: Box::new(move || held.held().0 >= backlog_rows),
+        backlog: Box::new(move || held.held().0 >= backlog_messages),
     }
     .spawn(warmed.loaded)?;
     health.set_warm();

@@ -205,10 +205,13 @@ impl EngineStage {
                         .filter(|job| job.position.lane == Lane::Interactive)
                         .map(|job| job.read_ms)
                         .min();
-                    let at_ms = clock.elapsed().as_secs_f64() * 1000.0;
-                    let rows = batch.items.iter().map(|job| job.input.rows()).sum();
-                    if let Some(change) = self.tuner.observe(at_ms, rows, (self.backlog)()) {
-                        self.apply_tuning(change);
+                    // Once tuned, nothing here: no row count, no ledger lock.
+                    if !self.tuner.is_done() {
+                        let at_ms = clock.elapsed().as_secs_f64() * 1000.0;
+                        let rows = batch.items.iter().map(|job| job.input.rows()).sum();
+                        if let Some(change) = self.tuner.observe(at_ms, rows, (self.backlog)()) {
+                            self.apply_tuning(change);
+                        }
                     }
                     let (started, started_ms) = (Instant::now(), now_ms());
                     let ran = run_batch(&current.model, &self.namespace, &self.model, current.version, batch);

@@ -18,7 +18,7 @@ fn limits() -> BucketLimits {
 fn buckets_by_length_and_pads_to_the_longest_member() {
     let mut b = BucketBatcher::new(limits());
     b.push("short", 10, 1_000, 0);
-    b.push("long", 70, 1_000, 0);
+    b.push("long", 100, 1_000, 0);
     b.push("short2", 12, 1_000, 0);
     let p = b.poll(5);
     let batch = p.batch.unwrap();
