@@ -7,7 +7,8 @@
   TTL drops, batch size, padding efficiency, p99 latency, GPU memory, dead
   letters, cache hit ratio, serving version and swaps, load failures, error
   rate by code, in-flight limit, drain rate, OOM splits, producer refusals,
-  HPA desired vs current replicas against lag);
+  HPA desired vs current replicas against lag, worker RSS, CPU and file
+  descriptors, Kafka prefetch, reply queue and rebalances);
 * every panel query is valid PromQL: the queries (Grafana variables
   replaced) are written as recording rules and run through
   `promtool check rules`, i.e. Prometheus' own parser;
@@ -54,6 +55,10 @@ EXPORTED = {
     "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes",
     "fleet_errors_total", "fleet_model_version", "fleet_model_swaps_total", "fleet_model_load_failures_total",
     "fleet_in_flight_limit", "fleet_drain_rate", "fleet_oom_splits_total",
+    # librdkafka's statistics and the process's own figures (what a soak watches).
+    "fleet_kafka_fetch_queue_messages", "fleet_kafka_fetch_queue_bytes",
+    "fleet_kafka_reply_queue_ops", "fleet_kafka_rebalances_total",
+    "process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "process_threads",
     # Producers (fleet-producer's admission), when they serve metrics.
     "fleet_admission_refused_total", "fleet_admission_predicted_wait_seconds",
 }
@@ -86,6 +91,11 @@ EXPECTED_PANELS = {
     "oom splits": "fleet_oom_splits_total",
     "producer refusals": "fleet_admission_refused_total",
     "hpa: desired vs current vs lag": "kube_horizontalpodautoscaler_status_desired_replicas",
+    "worker memory (rss)": "process_resident_memory_bytes",
+    "worker cpu": "process_cpu_seconds_total",
+    "open file descriptors": "process_open_fds",
+    "kafka prefetch": "fleet_kafka_fetch_queue_bytes",
+    "consumer reply queue and rebalances": "fleet_kafka_rebalances_total",
 }
 
 GRAFANA_VARIABLES = {

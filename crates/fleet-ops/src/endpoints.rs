@@ -1,7 +1,11 @@
 //! One HTTP port for what Kubernetes and Prometheus ask a process:
 //! `/metrics` (Prometheus text), `/healthz` (liveness: restart me if this
 //! fails) and `/ready` (readiness: send me work only if this passes). The
-//! checks are the caller's; this module only serves them.
+//! checks are the caller's; this module only serves them. Every scrape
+//! also reads the process's own figures (`process_resident_memory_bytes`,
+//! `process_cpu_seconds_total`, `process_open_fds`, … as Prometheus' own
+//! clients name them; metrics-process), so memory growth, CPU and leaked
+//! descriptors show on the same dashboard as the fleet's series.
 
 use axum::http::{header, StatusCode};
 use axum::routing::get;
@@ -42,10 +46,14 @@ pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, checks: Checks) 
         }
     });
     let Checks { live, ready, pages } = checks;
+    let process = metrics_process::Collector::default();
+    process.describe();
     let mut app = Router::new()
         .route(
             "/metrics",
             get(move || {
+                // Read when asked, so the figures are the scrape's own.
+                process.collect();
                 let body = metrics.render();
                 async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body) }
             }),

@@ -94,6 +94,13 @@ pub const ENGINE_BATCH_PERCENT: &str = "fleet_engine_batch_percent";
 /// Rows per wall second each candidate setting answered while tuning, by
 /// `knob` (threads, batch_percent) and `value`; set once a knob is decided.
 pub const ENGINE_TUNED_ROWS_PER_SECOND: &str = "fleet_engine_tuned_rows_per_second";
+/// Answers not written because the request already had one.
+pub const DUPLICATE_ANSWERS_TOTAL: &str = "fleet_duplicate_answers_total";
+/// librdkafka's statistics, per lane's consumer (stages/source/statistics.rs).
+pub const KAFKA_FETCH_QUEUE_MESSAGES: &str = "fleet_kafka_fetch_queue_messages";
+pub const KAFKA_FETCH_QUEUE_BYTES: &str = "fleet_kafka_fetch_queue_bytes";
+pub const KAFKA_REPLY_QUEUE: &str = "fleet_kafka_reply_queue_ops";
+pub const KAFKA_REBALANCES_TOTAL: &str = "fleet_kafka_rebalances_total";
 
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
@@ -189,6 +196,24 @@ pub fn register(labels: &SeriesLabels) {
         ENGINE_TUNED_ROWS_PER_SECOND,
         "Rows per wall second each candidate answered under backlog while tuning, by knob and value"
     );
+    describe_counter!(
+        DUPLICATE_ANSWERS_TOTAL,
+        "Answers not written because the request already had one (a message read twice, or a retried write)"
+    );
+    describe_gauge!(
+        KAFKA_FETCH_QUEUE_MESSAGES,
+        "Messages librdkafka holds fetched for the partition, not yet read by the worker, by lane and partition"
+    );
+    describe_gauge!(
+        KAFKA_FETCH_QUEUE_BYTES,
+        Unit::Bytes,
+        "Bytes librdkafka holds fetched for the partition (bounded by queued.max.messages.kbytes), by lane and partition"
+    );
+    describe_gauge!(KAFKA_REPLY_QUEUE, "Operations waiting in the lane's consumer's reply queue (librdkafka replyq)");
+    describe_counter!(
+        KAFKA_REBALANCES_TOTAL,
+        "Rebalances the lane's consumer has been through (librdkafka rebalance_cnt)"
+    );
     fleet_ops::probe::describe();
 
     for lane in Lane::ALL.map(Lane::as_str) {
@@ -198,6 +223,8 @@ pub fn register(labels: &SeriesLabels) {
         counter!(TTL_DROPPED_TOTAL, "lane" => lane).absolute(0);
         gauge!(QUEUE_DEPTH, "lane" => lane).set(0.0);
         gauge!(ASSIGNED_PARTITIONS, "lane" => lane).set(0.0);
+        gauge!(KAFKA_REPLY_QUEUE, "lane" => lane).set(0.0);
+        counter!(KAFKA_REBALANCES_TOTAL, "lane" => lane).absolute(0);
         let _ = histogram!(E2E_SECONDS, "lane" => lane);
     }
     for code in ErrorCode::ALL {
@@ -231,6 +258,7 @@ pub fn register(labels: &SeriesLabels) {
         REPLAYED_TOTAL,
         REDIS_MEMORY_LOST_TOTAL,
         PARTITIONS_REVOKED_TOTAL,
+        DUPLICATE_ANSWERS_TOTAL,
     ] {
         counter!(name).absolute(0);
     }

@@ -58,7 +58,7 @@ fn names_in_metrics_doc() -> BTreeSet<String> {
     let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md")).unwrap();
     let mut names = BTreeSet::new();
     for word in doc.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-        if ["fleet_", "kafka_", "nv_"].iter().any(|p| word.starts_with(p)) && !NOT_SERIES.contains(&word) {
+        if ["fleet_", "kafka_", "nv_", "process_"].iter().any(|p| word.starts_with(p)) && !NOT_SERIES.contains(&word) {
             names.insert(word.to_owned());
         }
     }
@@ -106,7 +106,9 @@ async fn a_worker_serves_health_readiness_and_every_contract_metric() {
     let (broker, redis) = (Broker::start(), Redis::start());
     let model = ModelName::parse("minilm").unwrap();
     broker.create_topics(&model, 8).await;
-    let worker = Worker::start("minilm", &broker, &redis, &[]);
+    // librdkafka's statistics every second, not every 10 s: the scrape
+    // below waits for their series.
+    let worker = Worker::start("minilm", &broker, &redis, &["--kafka-property", "statistics.interval.ms=1000"]);
 
     let (status, body) = worker.wait_for_status("/healthz", 200, Duration::from_secs(60)).await;
     assert_eq!(status, 200, "{body}");
@@ -117,18 +119,25 @@ async fn a_worker_serves_health_readiness_and_every_contract_metric() {
     let counts = ledger(&redis, &model, &ids, Duration::from_secs(60)).await;
     assert_eq!(counts.get("ok"), Some(&40), "{counts:?}");
 
-    // Lag: the worker reports every partition of its topic; once it has
-    // committed past its answers, the sum falls to zero.
+    // Lag: the worker reports every partition of both lanes' topics (each
+    // has 8; the bulk lane's may be published a tick after the interactive
+    // one's); once it has committed past its answers, the sum falls to zero.
     let deadline = Instant::now() + Duration::from_secs(30);
+    let partitions_of = |scrape: &str, topic: &str| {
+        let label = format!("topic=\"{topic}\"");
+        scrape.lines().filter(|l| l.starts_with("kafka_consumergroup_lag{") && l.contains(&label)).count()
+    };
     let scrape = loop {
         let scrape = worker.scrape().await;
-        let partitions = scrape.lines().filter(|l| l.starts_with("kafka_consumergroup_lag{")).count();
+        let partitions = (partitions_of(&scrape, "infer.minilm"), partitions_of(&scrape, "infer.minilm.bulk"));
         let sum = metric_value(&scrape, "kafka_consumergroup_lag_sum", &[("consumergroup", "fleet.minilm")]);
         // The counter moves just after the answer is written; wait for both.
         let ok = metric_value(&scrape, "fleet_requests_total", &[("model", "minilm"), ("status", "ok")]);
-        if (partitions == 8 && sum == 0.0 && ok == 40.0) || Instant::now() > deadline {
-            assert_eq!(partitions, 8, "one lag series per partition:\n{scrape}");
+        let statistics = scrape.contains("fleet_kafka_fetch_queue_messages{");
+        if (partitions == (8, 8) && sum == 0.0 && ok == 40.0 && statistics) || Instant::now() > deadline {
+            assert_eq!(partitions, (8, 8), "one lag series per partition of each lane:\n{scrape}");
             assert_eq!(sum, 0.0, "lag after every answer is committed");
+            assert!(statistics, "no librdkafka statistics in the scrape:\n{scrape}");
             break scrape;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -101,7 +101,17 @@ impl ResultSink {
                 .arg(f.answer.to_json())
                 .arg(self.ttls.of(f.answer.version).result_ttl_s)
                 .to_owned();
-            async move { write.query_async::<redis::Value>(&mut conn).await.map(drop) }
+            async move {
+                // 0: the request already had this model's answer, which
+                // stays (HSETNX): a message read twice (a rebalance, a
+                // replay, a restart) or a retried write whose first try
+                // landed. The ledger a soak keeps counts these.
+                let fresh = write.query_async::<i64>(&mut conn).await?;
+                if fresh == 0 {
+                    metrics::counter!(crate::metrics::DUPLICATE_ANSWERS_TOTAL).increment(1);
+                }
+                Ok(())
+            }
         });
         let features =
             finished.iter().filter_map(|f| f.feature.as_ref().map(|entry| (f, entry))).map(|(f, (key, value))| {

@@ -32,6 +32,7 @@ pub mod lanes;
 pub mod ledger;
 pub mod message;
 mod readers;
+pub mod statistics;
 
 use lanes::{LaneShare, LaneTopics};
 pub use ledger::Ledger;
@@ -137,6 +138,10 @@ impl Source {
             // (seen in the restart-broker drill once there were two
             // consumers per worker); 1 s keeps that margin.
             ("reconnect.backoff.max.ms", "1000"),
+            // librdkafka's own statistics, published as metrics
+            // (statistics.rs): prefetch per partition, reply queue,
+            // rebalances. 0 turns them off.
+            ("statistics.interval.ms", "10000"),
         ] {
             if base.get(key).is_none() {
                 base.set(key, value);
@@ -151,7 +156,8 @@ impl Source {
             .set("queued.max.messages.kbytes", prefetch_kbytes.to_string());
         let client_id = base.get("client.id").unwrap_or("rdkafka").to_owned();
         let member = |lane: Lane| -> Result<Arc<FleetConsumer>, KafkaError> {
-            let context = SourceContext { ledger: ledger.clone(), topics: topics.clone(), changes: changes_tx.clone() };
+            let context =
+                SourceContext { lane, ledger: ledger.clone(), topics: topics.clone(), changes: changes_tx.clone() };
             let consumer: FleetConsumer =
                 base.clone().set("client.id", format!("{client_id}-{lane}")).create_with_context(context)?;
             // A bulk topic that does not exist (yet) costs a warning from

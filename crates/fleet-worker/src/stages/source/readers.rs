@@ -7,10 +7,13 @@
 use super::lanes::{LaneTopics, PerLane};
 use super::ledger::Ledger;
 use super::message::{Inbound, LanePartition};
+use super::statistics::ConsumerStatistics;
+use fleet_proto::Lane;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::Message;
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, TopicPartitionList};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -36,6 +39,8 @@ pub(super) enum AssignmentChange {
 }
 
 pub struct SourceContext {
+    /// The lane this consumer reads (its statistics are labelled with it).
+    pub(super) lane: Lane,
     pub(super) ledger: Arc<Ledger>,
     pub(super) topics: LaneTopics,
     pub(super) changes: mpsc::UnboundedSender<AssignmentChange>,
@@ -45,7 +50,13 @@ pub struct SourceContext {
 /// loop can choose which lane to take from (`Inbox`).
 pub(super) type LaneQueues = PerLane<mpsc::Sender<Inbound>>;
 
-impl ClientContext for SourceContext {}
+impl ClientContext for SourceContext {
+    /// librdkafka's report every `statistics.interval.ms`, served from the
+    /// main queue like any other event.
+    fn stats(&self, statistics: Statistics) {
+        ConsumerStatistics::of(&statistics, self.topics.topic(self.lane)).publish(self.lane);
+    }
+}
 
 impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
