@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test up down test-deploy bench-batching bench-pipeline bench-threads bench-peer bench-precision bench-flops bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test up down soak test-deploy bench-batching bench-pipeline bench-threads bench-peer bench-precision bench-flops bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -65,6 +65,13 @@ loadtest:
 drills:
 	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && for d in kill-worker restart-broker redis-outage rebalance; do "$$FLEET_BIN_DIR/loadtest" drill $$d || exit 1; done'
 	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && cargo test --release -p fleet-worker --test dependency_faults --test broken_model'
+
+# Hours of texts and images on a fleet started here, with faults on a schedule;
+# the report (Markdown, plots, ledger, verdict) goes to loadtest-report/soak-<time>/
+# (docs/soak.md). DURATION: how long the load lasts; SOAK_ARGS: further flags.
+DURATION ?= 2h
+soak:
+	bash -c 'source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && "$$FLEET_BIN_DIR/loadtest" soak --duration $(DURATION) $(SOAK_ARGS)'
 
 # Fixed backlog limit vs predicted-wait admission on the same burst, three
 # rounds (about 8 minutes; docs/benchmarks.md).

@@ -88,6 +88,13 @@ impl LocalWorker {
         http_get(self.metrics, "/metrics").map_or(0.0, |(_, body)| fleet_testkit::metric_value(&body, name, &[]))
     }
 
+    /// How the process ended, once it has (`None` while it runs, or after
+    /// [`kill`](Self::kill) or [`stop`](Self::stop) took it).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let Killed(child) = self.process.as_mut()?;
+        child.try_wait().ok().flatten()
+    }
+
     /// SIGKILL: no drain, no commit.
     pub fn kill(&mut self) {
         self.process = None;

@@ -594,7 +594,7 @@ mod tests {
     use super::*;
 
     fn record(sent_s: f64, outcome: Outcome, answered_s: Option<f64>, e2e_ms: Option<f64>) -> Record {
-        Record { id: "r".into(), sent_s, outcome, answered_s, e2e_ms, queue_ms: None, infer_ms: None }
+        Record { id: "r".into(), sent_s, outcome, answered_s, e2e_ms, queue_ms: None, infer_ms: None, partition: None }
     }
 
     #[test]

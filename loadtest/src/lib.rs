@@ -4,6 +4,7 @@
 //! [`workload`]) are apart from the I/O: [`runner`] sends on the profile's
 //! clock and collects answers ([`collect`]), [`fleet`] starts processes on
 //! this machine for [`drill`]s, and [`report`] writes CSVs and [`plot`]s.
+//! A [`soak`] runs that fleet for hours with faults on a schedule.
 
 pub mod admission_bench;
 pub mod capacity;
@@ -18,5 +19,6 @@ pub mod plot;
 pub mod profile;
 pub mod report;
 pub mod runner;
+pub mod soak;
 pub mod timeline;
 pub mod workload;

@@ -52,6 +52,18 @@ pub struct RunConfig {
     pub progress: bool,
     /// Producer admission for this run (`None`: every request is sent).
     pub admission: Option<AdmissionRule>,
+    /// Arrival times (seconds from the start, sorted) to send at instead of
+    /// drawing them from `profile` (a soak's bursts come from its schedule).
+    pub arrivals: Option<Vec<f64>>,
+    /// Encoded images to send, in turn, instead of texts (empty: texts).
+    pub images: Vec<ImageInput>,
+}
+
+/// One real image a run sends, as its file holds it.
+#[derive(Debug, Clone)]
+pub struct ImageInput {
+    pub content_type: fleet_proto::ContentType,
+    pub bytes: Arc<Vec<u8>>,
 }
 
 impl RunConfig {
@@ -83,6 +95,8 @@ impl RunConfig {
             run_id,
             progress: false,
             admission: None,
+            arrivals: None,
+            images: Vec::new(),
         }
     }
 
@@ -121,9 +135,18 @@ pub struct RunOutcome {
 }
 
 enum Event {
-    Sent { index: usize, at_s: f64 },
-    NotSent { index: usize },
-    Delivered { index: usize, ok: bool },
+    Sent {
+        index: usize,
+        at_s: f64,
+    },
+    NotSent {
+        index: usize,
+    },
+    /// The broker has it (in `partition`), or refused it (`None`).
+    Delivered {
+        index: usize,
+        partition: Option<i32>,
+    },
     SenderDone,
 }
 
@@ -131,6 +154,7 @@ enum Event {
 struct State {
     sent_s: Option<f64>,
     delivered: Option<bool>,
+    partition: Option<i32>,
     seen: Option<(f64, Seen)>,
 }
 
@@ -151,8 +175,15 @@ pub fn texts(corpus: &[String], count: usize, seed: u64) -> Vec<String> {
 
 pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     let duration_s = config.duration.as_secs_f64();
-    let arrivals = profile::arrivals(config.profile, duration_s, config.seed, config.max_requests);
-    let texts = texts(&config.corpus, arrivals.len(), config.seed);
+    let arrivals = match config.arrivals.clone() {
+        Some(arrivals) => arrivals.into_iter().take(config.max_requests).collect(),
+        None => profile::arrivals(config.profile, duration_s, config.seed, config.max_requests),
+    };
+    let payloads = if config.images.is_empty() {
+        Payloads::Texts(texts(&config.corpus, arrivals.len(), config.seed))
+    } else {
+        Payloads::Images(config.images.clone())
+    };
     let ids: Vec<RequestId> = (0..arrivals.len())
         .map(|i| RequestId::parse(&format!("{}-{i}", config.run_id)).context("run id"))
         .collect::<Result<_>>()?;
@@ -183,7 +214,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
         producer,
         model: config.model.clone(),
         arrivals,
-        texts,
+        payloads,
         ids: ids.clone(),
         ttl: config.ttl,
         start,
@@ -215,7 +246,10 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
             event = inbox.recv() => match event {
                 Some(Event::Sent { index, at_s }) => { states[index].sent_s = Some(at_s); last_send = Instant::now(); }
                 Some(Event::NotSent { index }) => states[index].delivered = Some(false),
-                Some(Event::Delivered { index, ok }) => states[index].delivered = Some(ok),
+                Some(Event::Delivered { index, partition }) => {
+                    states[index].delivered = Some(partition.is_some());
+                    states[index].partition = partition;
+                }
                 Some(Event::SenderDone) => sender_done = true,
                 None => sender_done = true,
             },
@@ -235,6 +269,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
                     }
                     Err(e) => tracing::warn!(error = %e, "answer poll failed; retrying"),
                 }
+
                 let answered = states.iter().filter(|s| s.seen.is_some()).count();
                 let sent = states.iter().filter(|s| s.sent_s.is_some()).count();
                 progress.set_position(answered as u64);
@@ -272,6 +307,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
                 e2e_ms: Some(seen.e2e_ms),
                 queue_ms: Some(seen.queue_ms),
                 infer_ms: Some(seen.infer_ms),
+                partition: state.partition,
             },
             None => Record {
                 id: id.to_string(),
@@ -281,6 +317,7 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
                 e2e_ms: None,
                 queue_ms: None,
                 infer_ms: None,
+                partition: state.partition,
             },
         };
         ledger.record(&record.outcome);
@@ -289,11 +326,29 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     Ok(RunOutcome { records, lag, load, ledger })
 }
 
+/// What a run sends: a text per request, or real images in turn.
+enum Payloads {
+    Texts(Vec<String>),
+    Images(Vec<ImageInput>),
+}
+
+impl Payloads {
+    fn request(&self, index: usize, id: RequestId) -> Request {
+        match self {
+            Self::Texts(texts) => Request::text(id, texts[index].clone()),
+            Self::Images(images) => {
+                let image = &images[index % images.len()];
+                Request::image(id, image.content_type, image.bytes.as_ref().clone())
+            }
+        }
+    }
+}
+
 struct SendPlan {
     producer: Arc<FleetProducer>,
     model: ModelName,
     arrivals: Vec<f64>,
-    texts: Vec<String>,
+    payloads: Payloads,
     ids: Vec<RequestId>,
     ttl: Option<Duration>,
     start: Instant,
@@ -303,10 +358,10 @@ struct SendPlan {
 /// Sends each request at its arrival time; delivery reports come back as
 /// events from their own tasks, so a slow broker never delays the clock.
 async fn send_all(plan: SendPlan) {
-    let SendPlan { producer, model, arrivals, texts, ids, ttl, start, events } = plan;
-    for (index, ((at, text), id)) in arrivals.iter().zip(texts).zip(ids).enumerate() {
+    let SendPlan { producer, model, arrivals, payloads, ids, ttl, start, events } = plan;
+    for (index, (at, id)) in arrivals.iter().zip(ids).enumerate() {
         tokio::time::sleep_until(start + Duration::from_secs_f64(*at)).await;
-        let mut request = Request::text(id, text);
+        let mut request = payloads.request(index, id);
         if let Some(ttl) = ttl {
             request.deadline_ms = Some(now_ms() + ttl.as_millis() as u64);
         }
@@ -324,8 +379,8 @@ async fn send_all(plan: SendPlan) {
                     if let Err(e) = &delivered {
                         tracing::warn!(error = %e, "delivery failed");
                     }
-                    let ok = delivered.is_ok();
-                    let _ = events.send(Event::Delivered { index, ok });
+                    let partition = delivered.ok().map(|d| d.partition);
+                    let _ = events.send(Event::Delivered { index, partition });
                 });
             }
             Err(e) => {

@@ -1,0 +1,273 @@
+//! What a soak leaves in its folder: samples.csv (every worker every
+//! interval), latency-<model>.csv (p50/p99 per interval), the plots (RSS
+//! and each model's latency over time, the faults marked), and report.md:
+//! the machine, the command, the schedule as injected, the ledger per
+//! partition, memory per worker, latency after each fault, and the verdict,
+//! whose last line is the RESULT line.
+
+use super::books::{self, PartitionBooks};
+use super::plot;
+use super::run::SoakOutcome;
+use super::samples::{self, CSV_HEADER};
+use super::schedule::Planned;
+use super::verdict::{self, Budgets, Verdict, WorkerMemory};
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// What the report says of the run beside the outcome.
+pub struct About {
+    pub machine: String,
+    pub command: String,
+    pub warm_up_s: f64,
+    pub interval_s: f64,
+    /// The peak RSS any worker may reach (the chart's smallest memory limit).
+    pub rss_limit_bytes: f64,
+}
+
+/// Everything the verdict judged, for the caller (a test asserts on it).
+pub struct Judged {
+    pub verdict: Verdict,
+    pub budgets: Budgets,
+    /// The books of every partition summed.
+    pub books: PartitionBooks,
+    pub result_line: String,
+}
+
+impl Judged {
+    /// Every budget broken.
+    pub fn failures(&self) -> Vec<String> {
+        self.verdict.failures(&self.budgets)
+    }
+}
+
+/// Judges the soak and writes its folder.
+pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let judged = judge(about, outcome);
+
+    let mut csv = String::from(CSV_HEADER);
+    csv.push('\n');
+    for sample in &outcome.samples {
+        csv.push_str(&sample.csv_row());
+        csv.push('\n');
+    }
+    std::fs::write(dir.join("samples.csv"), csv)?;
+
+    let faults: Vec<Planned> = outcome.faults.iter().map(|f| Planned { at_s: f.at_s, ..f.planned }).collect();
+    let rss: Vec<(String, Vec<(f64, f64)>)> = samples::by_worker(&outcome.samples)
+        .into_iter()
+        .map(|(name, series)| (name, series.iter().map(|s| (s.at_s, s.rss_bytes)).collect()))
+        .collect();
+    plot::rss(&dir.join("rss.png"), "worker memory (RSS)", &rss, &faults)
+        .map_err(|e| anyhow::anyhow!("plotting RSS: {e}"))?;
+    for (model, run) in [(&outcome.text_model, &outcome.texts), (&outcome.image_model, &outcome.images)] {
+        let (p50, p99) = books::latency_by_interval(&run.records, about.interval_s);
+        let mut csv = String::from("interval_start_s,p50_ms,p99_ms\n");
+        for (&(t, p50), &(_, p99)) in p50.iter().zip(&p99) {
+            let _ = writeln!(csv, "{t:.0},{p50:.1},{p99:.1}");
+        }
+        std::fs::write(dir.join(format!("latency-{model}.csv")), csv)?;
+        let title = format!("{model}: end-to-end latency of ok answers per {:.0} s", about.interval_s);
+        plot::latency(&dir.join(format!("latency-{model}.png")), &title, &p50, &p99, &faults)
+            .map_err(|e| anyhow::anyhow!("plotting {model}'s latency: {e}"))?;
+    }
+    std::fs::write(dir.join("report.md"), markdown(about, outcome, &judged))?;
+    Ok(judged)
+}
+
+fn judge(about: &About, outcome: &SoakOutcome) -> Judged {
+    let budgets = Budgets::default();
+    let partitions = partition_books(outcome);
+    let total = books::total(&partitions);
+    let memory: Vec<WorkerMemory> = samples::by_worker(&outcome.samples)
+        .iter()
+        .map(|(name, series)| {
+            let rss: Vec<(f64, f64)> = series.iter().map(|s| (s.at_s, s.rss_bytes)).collect();
+            WorkerMemory::of(name, &rss, about.warm_up_s)
+        })
+        .collect();
+    let mut recoveries = Vec::new();
+    for run in [&outcome.texts, &outcome.images] {
+        let (_, p99) = books::latency_by_interval(&run.records, about.interval_s);
+        for fault in &outcome.faults {
+            let at = Planned { at_s: fault.at_s, ..fault.planned };
+            recoveries.push(verdict::recovery(&p99, &at, &budgets, about.interval_s));
+        }
+    }
+    let dlq = outcome.texts.ledger.dead_lettered() + outcome.images.ledger.dead_lettered();
+    let duplicates = samples::duplicate_answers(&outcome.samples).round() as u64;
+
+    let mut other = Vec::new();
+    for death in &outcome.deaths {
+        other.push(format!("a worker's process ended: {death}"));
+    }
+    for name in samples::restarted(&outcome.samples) {
+        other.push(format!("{name} restarted"));
+    }
+    for fault in outcome.faults.iter().filter(|f| f.failed) {
+        other.push(format!("{} at {:.0} s: {}", fault.planned.fault.name(), fault.at_s, fault.note));
+    }
+    for worker in &memory {
+        if worker.peak_bytes > about.rss_limit_bytes {
+            other.push(format!(
+                "{} reached {:.0} MiB of RSS, over the limit of {:.0} MiB",
+                worker.worker,
+                mib(worker.peak_bytes),
+                mib(about.rss_limit_bytes)
+            ));
+        }
+    }
+    let verdict = Verdict { memory, recoveries, missing: total.missing, duplicates, dlq, other };
+    let result_line = verdict.result_line(&budgets);
+    Judged { verdict, budgets, books: total, result_line }
+}
+
+fn partition_books(outcome: &SoakOutcome) -> std::collections::BTreeMap<(String, i32), PartitionBooks> {
+    books::per_partition([
+        (outcome.text_model.as_str(), outcome.texts.records.as_slice()),
+        (outcome.image_model.as_str(), outcome.images.records.as_slice()),
+    ])
+}
+
+fn mib(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
+}
+
+fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
+    let mut md = String::new();
+    let end_s = outcome.samples.iter().map(|s| s.at_s).fold(0.0f64, f64::max);
+    let _ = writeln!(md, "# Soak report\n");
+    let _ = writeln!(md, "- machine: {}", about.machine);
+    let _ = writeln!(md, "- command: `{}`", about.command);
+    let _ = writeln!(
+        md,
+        "- length: {:.1} h of load ({:.0} s), sampled every {:.0} s",
+        end_s / 3600.0,
+        end_s,
+        about.interval_s
+    );
+    let share = match (outcome.text_capacity, outcome.image_capacity) {
+        (Some(texts), Some(images)) => format!(
+            ": {:.0} % of what each worker answered alone ({texts:.1} texts/s, {images:.2} images/s)",
+            outcome.text_rate / texts.max(1e-9) * 100.0
+        ),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        md,
+        "- load: {:.1} texts/s ({}) and {:.2} images/s ({}), open loop{share}",
+        outcome.text_rate, outcome.text_model, outcome.image_rate, outcome.image_model
+    );
+    let _ = writeln!(md, "- memory after warm-up is judged from {:.0} s on\n", about.warm_up_s);
+
+    let _ = writeln!(md, "## Verdict\n");
+    let failures = judged.failures();
+    if failures.is_empty() {
+        let _ = writeln!(md, "Every budget held.\n");
+    } else {
+        for failure in &failures {
+            let _ = writeln!(md, "- **broken:** {failure}");
+        }
+        md.push('\n');
+    }
+    let b = &judged.budgets;
+    let _ = writeln!(
+        md,
+        "Budgets: RSS growth after warm-up ≤ {:.1} % per hour per worker (judged once the run is long enough to \
+         measure it), peak RSS ≤ {:.0} MiB, p99 after each fault back within {:.1}× its value before within {:.0} s, \
+         no request missing or dead-lettered, {} duplicate answers, no worker death or restart.\n",
+        b.rss_growth_pct_per_hour,
+        mib(about.rss_limit_bytes),
+        b.p99_recovery_factor,
+        b.p99_recovery_s,
+        b.allowed_duplicates
+    );
+
+    let _ = writeln!(md, "## Faults\n");
+    let _ = writeln!(md, "| fault | planned s | injected s | lasts s | what was done |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | --- |");
+    for f in &outcome.faults {
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.1} | {:.0} | {} |",
+            f.planned.fault.name(),
+            f.planned.at_s,
+            f.at_s,
+            f.planned.lasts_s,
+            f.note
+        );
+    }
+
+    let _ = writeln!(md, "\n## Ledger per partition\n");
+    let _ = writeln!(md, "| model | partition | sent | ok | error | expired | missing |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for ((model, partition), p) in &partition_books(outcome) {
+        let _ = writeln!(
+            md,
+            "| {model} | {partition} | {} | {} | {} | {} | {} |",
+            p.sent, p.ok, p.error, p.expired, p.missing
+        );
+    }
+    let t = &judged.books;
+    let _ = writeln!(
+        md,
+        "| **all** | | **{}** | **{}** | **{}** | **{}** | **{}** |\n",
+        t.sent, t.ok, t.error, t.expired, t.missing
+    );
+    let _ = writeln!(
+        md,
+        "Duplicate answers (work done twice, the first answer kept; the workers' `fleet_duplicate_answers_total`): \
+         {}. Dead-lettered: {}. Not accepted by the producer (never sent): {}.\n",
+        judged.verdict.duplicates,
+        judged.verdict.dlq,
+        outcome.texts.ledger.send_failed + outcome.images.ledger.send_failed
+    );
+
+    let _ = writeln!(md, "## Memory\n\n![RSS](rss.png)\n");
+    let _ = writeln!(md, "| worker | first MiB | last MiB | peak MiB | growth after warm-up, %/h |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+    for w in &judged.verdict.memory {
+        let growth = w.growth_pct_per_hour.map_or_else(|| "too short to say".to_owned(), |g| format!("{g:+.2}"));
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.0} | {:.0} | {growth} |",
+            w.worker,
+            mib(w.first_bytes),
+            mib(w.last_bytes),
+            mib(w.peak_bytes)
+        );
+    }
+
+    let _ = writeln!(md, "\n## Latency after each fault\n");
+    for model in [&outcome.text_model, &outcome.image_model] {
+        let _ = writeln!(md, "![{model}](latency-{model}.png)\n");
+    }
+    let _ = writeln!(
+        md,
+        "| model | fault | at s | p99 before, ms | worst after, ms | back within {:.1}× after, s |",
+        b.p99_recovery_factor
+    );
+    let _ = writeln!(md, "| --- | --- | ---: | ---: | ---: | ---: |");
+    let per_model = judged.verdict.recoveries.len() / 2;
+    for (i, r) in judged.verdict.recoveries.iter().enumerate() {
+        let model = if i < per_model { &outcome.text_model } else { &outcome.image_model };
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+        let back = match (r.before_p99_ms, r.recovered_after_s) {
+            (None, _) => "no answers before".to_owned(),
+            (Some(_), Some(s)) => format!("{s:.0}"),
+            (Some(_), None) => format!("**not within {:.0} s**", b.p99_recovery_s),
+        };
+        let _ = writeln!(
+            md,
+            "| {model} | {} | {:.0} | {} | {} | {back} |",
+            r.fault.fault.name(),
+            r.fault.at_s,
+            ms(r.before_p99_ms),
+            ms(r.worst_p99_ms)
+        );
+    }
+    let _ = writeln!(md, "\nEvery worker's samples: samples.csv; latency per interval: latency-<model>.csv.\n");
+    let _ = writeln!(md, "```\n{}\n```", judged.result_line);
+    md
+}

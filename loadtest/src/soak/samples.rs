@@ -1,0 +1,158 @@
+//! One worker's scrape, read into the row a soak keeps every interval: the
+//! process's own figures, what librdkafka holds, what the worker holds, and
+//! the counters the ledger needs. Pure: a scrape in, a row out.
+
+use fleet_testkit::metric_value;
+
+/// One worker at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Seconds from the soak's start.
+    pub at_s: f64,
+    pub worker: String,
+    pub rss_bytes: f64,
+    pub cpu_seconds: f64,
+    pub open_fds: f64,
+    pub threads: f64,
+    /// Messages read and not yet answered, both lanes.
+    pub in_flight: f64,
+    /// What librdkafka holds fetched and not yet read, both lanes.
+    pub prefetch_bytes: f64,
+    pub prefetch_messages: f64,
+    pub reply_queue: f64,
+    pub rebalances: f64,
+    pub answers: f64,
+    pub duplicate_answers: f64,
+    pub model_version: f64,
+    pub load_failures: f64,
+    /// When the process started (Unix s): a change is a restart.
+    pub started_s: f64,
+}
+
+/// The columns of samples.csv, in [`Sample::csv_row`]'s order.
+pub const CSV_HEADER: &str = "at_s,worker,rss_bytes,cpu_seconds,open_fds,threads,in_flight,prefetch_bytes,\
+prefetch_messages,reply_queue,rebalances,answers,duplicate_answers,model_version,load_failures,started_s";
+
+impl Sample {
+    pub fn from_scrape(at_s: f64, worker: &str, scrape: &str) -> Self {
+        let value = |name: &str| metric_value(scrape, name, &[]);
+        Self {
+            at_s,
+            worker: worker.to_owned(),
+            rss_bytes: value("process_resident_memory_bytes"),
+            cpu_seconds: value("process_cpu_seconds_total"),
+            open_fds: value("process_open_fds"),
+            threads: value("process_threads"),
+            in_flight: value("fleet_queue_depth"),
+            prefetch_bytes: value("fleet_kafka_fetch_queue_bytes"),
+            prefetch_messages: value("fleet_kafka_fetch_queue_messages"),
+            reply_queue: value("fleet_kafka_reply_queue_ops"),
+            rebalances: value("fleet_kafka_rebalances_total"),
+            answers: value("fleet_requests_total"),
+            duplicate_answers: value("fleet_duplicate_answers_total"),
+            model_version: value("fleet_model_version"),
+            load_failures: value("fleet_model_load_failures_total"),
+            started_s: value("process_start_time_seconds"),
+        }
+    }
+
+    pub fn csv_row(&self) -> String {
+        format!(
+            "{:.1},{},{:.0},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0}",
+            self.at_s,
+            self.worker,
+            self.rss_bytes,
+            self.cpu_seconds,
+            self.open_fds,
+            self.threads,
+            self.in_flight,
+            self.prefetch_bytes,
+            self.prefetch_messages,
+            self.reply_queue,
+            self.rebalances,
+            self.answers,
+            self.duplicate_answers,
+            self.model_version,
+            self.load_failures,
+            self.started_s
+        )
+    }
+}
+
+/// Each worker's samples, in the order the workers first appear, each
+/// series in time order.
+pub fn by_worker(samples: &[Sample]) -> Vec<(String, Vec<&Sample>)> {
+    let mut workers: Vec<(String, Vec<&Sample>)> = Vec::new();
+    for sample in samples {
+        match workers.iter_mut().find(|(name, _)| *name == sample.worker) {
+            Some((_, series)) => series.push(sample),
+            None => workers.push((sample.worker.clone(), vec![sample])),
+        }
+    }
+    for (_, series) in &mut workers {
+        series.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    }
+    workers
+}
+
+/// Duplicate answers over the fleet: each worker's last count summed (a
+/// counter only grows while its process lives).
+pub fn duplicate_answers(samples: &[Sample]) -> f64 {
+    by_worker(samples).iter().filter_map(|(_, series)| series.last()).map(|s| s.duplicate_answers).sum()
+}
+
+/// Workers whose process restarted during the soak (its start time moved).
+pub fn restarted(samples: &[Sample]) -> Vec<String> {
+    by_worker(samples)
+        .into_iter()
+        .filter(|(_, series)| series.windows(2).any(|pair| (pair[1].started_s - pair[0].started_s).abs() > 0.5))
+        .map(|(name, _)| name)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRAPE: &str = "\
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes{model=\"minilm\"} 600000000
+process_cpu_seconds_total{model=\"minilm\"} 12.5
+process_open_fds{model=\"minilm\"} 40
+process_threads{model=\"minilm\"} 20
+process_start_time_seconds{model=\"minilm\"} 1700000000
+fleet_queue_depth{model=\"minilm\",lane=\"interactive\"} 7
+fleet_queue_depth{model=\"minilm\",lane=\"bulk\"} 1
+fleet_kafka_fetch_queue_bytes{model=\"minilm\",lane=\"interactive\",partition=\"0\"} 1000
+fleet_kafka_fetch_queue_bytes{model=\"minilm\",lane=\"interactive\",partition=\"1\"} 500
+fleet_kafka_rebalances_total{model=\"minilm\",lane=\"interactive\"} 2
+fleet_kafka_rebalances_total{model=\"minilm\",lane=\"bulk\"} 2
+fleet_requests_total{model=\"minilm\",status=\"ok\",lane=\"interactive\"} 90
+fleet_requests_total{model=\"minilm\",status=\"expired\",lane=\"interactive\"} 10
+fleet_duplicate_answers_total{model=\"minilm\"} 3
+fleet_model_version{model=\"minilm\"} 2
+";
+
+    #[test]
+    fn a_scrape_reads_into_one_row_lanes_and_partitions_summed() {
+        let s = Sample::from_scrape(10.0, "text-1", SCRAPE);
+        assert_eq!((s.rss_bytes, s.cpu_seconds, s.open_fds, s.threads), (6e8, 12.5, 40.0, 20.0));
+        assert_eq!((s.in_flight, s.prefetch_bytes, s.rebalances), (8.0, 1500.0, 4.0));
+        assert_eq!((s.answers, s.duplicate_answers, s.model_version), (100.0, 3.0, 2.0));
+        assert_eq!(s.csv_row().split(',').count(), CSV_HEADER.split(',').count());
+    }
+
+    #[test]
+    fn duplicates_sum_each_worker_s_last_count_and_a_moved_start_time_is_a_restart() {
+        let at = |t: f64, worker: &str, duplicates: f64, started: f64| Sample {
+            duplicate_answers: duplicates,
+            started_s: started,
+            ..Sample::from_scrape(t, worker, "")
+        };
+        let samples =
+            [at(0.0, "a", 0.0, 100.0), at(0.0, "b", 1.0, 200.0), at(10.0, "a", 2.0, 100.0), at(10.0, "b", 0.0, 260.0)];
+        assert_eq!(duplicate_answers(&samples), 2.0);
+        assert_eq!(restarted(&samples), ["b"]);
+        assert_eq!(by_worker(&samples).iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    }
+}
