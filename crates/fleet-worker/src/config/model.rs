@@ -80,7 +80,8 @@ impl DeviceConfig {
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     /// bf16 on a CPU with AVX-512 BF16 or AMX, fp16 on CUDA, each when its
-    /// outputs match fp32's on real inputs (`precision::choose`); else fp32.
+    /// outputs match fp32's on real inputs (`precision::choose`) and, on a
+    /// CPU, it is faster there (`precision::keep_if_faster`); else fp32.
     #[default]
     Auto,
     Fp32,

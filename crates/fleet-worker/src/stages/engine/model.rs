@@ -10,6 +10,7 @@ use super::memory::MemoryGuard;
 use super::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
 use super::split::{run_with_split, CallError, RowFailure, SplitRun};
 use super::torch::{ImageModule, TextModule};
+use crate::config::model::Precision as Configured;
 use crate::config::{ModelKind, ModelVersion};
 use crate::guard;
 use crate::stages::batch::bucket::BucketLimits;
@@ -70,6 +71,11 @@ impl Model {
                 let mut lowered = Torch::load(version, target.device)?;
                 let agreement = lowered.convert(*lower, &fp32, &answer, target.probes);
                 let choice = precision::choose(configured, &candidate, Some(&agreement));
+                // On a CPU the flags do not say how fast bf16 is: time it.
+                let speed = (configured == Configured::Auto && !target.device.is_cuda() && choice.precision == *lower)
+                    .then(|| speed(&fp32, &lowered, target.probes))
+                    .flatten();
+                let choice = precision::keep_if_faster(choice, configured, speed);
                 (if choice.precision == *lower { lowered } else { fp32 }, choice)
             }
         };
@@ -208,6 +214,34 @@ impl Torch {
             Self::Image(module) => module.vectors(&inputs.iter().map(|i| i.pixels()).collect::<Vec<_>>()),
         }
     }
+}
+
+/// Rows of the batch both precisions are timed on: the probes in turn, a
+/// batch of the size live traffic forms under load.
+const TIMED_ROWS: usize = 16;
+/// Timed runs of each precision (the best counts), after one untimed run
+/// (libtorch optimises a shape on its first runs).
+const TIMED_RUNS: usize = 3;
+
+/// fp32's and the lower precision's best time on the same batch of the
+/// probes; `None` when either fails.
+fn speed(fp32: &Torch, lower: &Torch, probes: &[ModelInput]) -> Option<precision::Speed> {
+    if probes.is_empty() {
+        return None;
+    }
+    let batch: Vec<&ModelInput> = probes.iter().cycle().take(TIMED_ROWS).collect();
+    let best = |torch: &Torch| -> Option<f64> {
+        torch.vectors(&batch).ok()?;
+        (0..TIMED_RUNS)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                torch.vectors(&batch).ok().map(|_| started.elapsed().as_secs_f64())
+            })
+            .collect::<Option<Vec<f64>>>()?
+            .into_iter()
+            .reduce(f64::min)
+    };
+    Some(precision::Speed { fp32_s: best(fp32)?, lower_s: best(lower)? })
 }
 
 /// Runs real inputs of several lengths through the fp32 module before

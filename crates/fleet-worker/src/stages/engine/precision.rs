@@ -6,7 +6,10 @@
 //! bfloat16 is the fast format of current server CPUs (AVX-512 BF16, AMX:
 //! oneDNN runs bf16 matrix products several times faster than fp32 there),
 //! fp16 that of GPUs. Neither is served unless its outputs agree with fp32's
-//! (`auto`), or the config forces it.
+//! (`auto`), or the config forces it. Nor, on a CPU, unless it is also
+//! faster there: the flags do not say how fast a CPU computes bf16 (an
+//! Intel Xeon with AVX-512 BF16 and no AMX ran MiniLM's batches 1.6× slower
+//! in bf16 than in fp32), so `auto` times both on the same batch.
 
 use super::labels::top_k;
 use crate::config::model::Precision as Configured;
@@ -174,6 +177,41 @@ pub fn choose(configured: Configured, candidate: &Candidate, agreement: Option<&
     }
 }
 
+/// How long each precision took on the same batch (seconds, best of a few
+/// runs after a warm one).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Speed {
+    pub fp32_s: f64,
+    pub lower_s: f64,
+}
+
+/// A lower precision `auto` chose serves only if it is at least this much
+/// faster than fp32 here: below it, fp32's exact outputs win.
+pub const MIN_SPEEDUP: f64 = 1.1;
+
+/// `choice` once speed is known: under `auto`, a lower precision not
+/// [`MIN_SPEEDUP`] faster than fp32 gives way to fp32. A forced precision,
+/// fp32 already, or no measurement (CUDA, a failed timing) keep `choice`.
+pub fn keep_if_faster(choice: Choice, configured: Configured, speed: Option<Speed>) -> Choice {
+    let Some(speed) = speed.filter(|_| configured == Configured::Auto && choice.precision != Precision::Fp32) else {
+        return choice;
+    };
+    let name = choice.precision.as_str();
+    let (fp32_ms, lower_ms) = (speed.fp32_s * 1000.0, speed.lower_s * 1000.0);
+    if speed.lower_s > 0.0 && speed.fp32_s / speed.lower_s >= MIN_SPEEDUP {
+        let speedup = speed.fp32_s / speed.lower_s;
+        Choice { reason: format!("{}, {speedup:.2}x fp32's speed here", choice.reason), ..choice }
+    } else {
+        Choice {
+            precision: Precision::Fp32,
+            reason: format!(
+                "{name} matches fp32 but is not faster on this CPU ({lower_ms:.1} ms against fp32's {fp32_ms:.1} ms \
+                 on the same batch)"
+            ),
+        }
+    }
+}
+
 /// Embeddings agree when every row's cosine to fp32's reaches this.
 pub const MIN_COSINE: f32 = 0.999;
 /// Class probabilities agree when the top class is the same and each of
@@ -314,6 +352,29 @@ mod tests {
             (choice.precision, choice.reason.as_str()),
             (Precision::Fp32, "this CPU has no AVX-512 BF16 or AMX")
         );
+    }
+
+    #[test]
+    fn auto_keeps_a_lower_precision_only_where_it_is_faster() {
+        let bf16 = Choice { precision: Precision::Bf16, reason: "bf16 matches fp32".into() };
+        let fast = Speed { fp32_s: 0.200, lower_s: 0.100 };
+        let slow = Speed { fp32_s: 0.111, lower_s: 0.179 };
+        let even = Speed { fp32_s: 0.105, lower_s: 0.100 };
+        let kept = keep_if_faster(bf16.clone(), Configured::Auto, Some(fast));
+        assert_eq!(kept.precision, Precision::Bf16);
+        assert!(kept.reason.contains("2.00x fp32's speed"), "{}", kept.reason);
+        let dropped = keep_if_faster(bf16.clone(), Configured::Auto, Some(slow));
+        assert_eq!(dropped.precision, Precision::Fp32);
+        assert!(dropped.reason.contains("179.0 ms against fp32's 111.0 ms"), "{}", dropped.reason);
+        assert_eq!(
+            keep_if_faster(bf16.clone(), Configured::Auto, Some(even)).precision,
+            Precision::Fp32,
+            "5 % is noise"
+        );
+        assert_eq!(keep_if_faster(bf16.clone(), Configured::Bf16, Some(slow)).precision, Precision::Bf16, "forced");
+        assert_eq!(keep_if_faster(bf16.clone(), Configured::Auto, None), bf16, "not measured");
+        let fp32 = Choice { precision: Precision::Fp32, reason: "differs".into() };
+        assert_eq!(keep_if_faster(fp32.clone(), Configured::Auto, Some(fast)), fp32);
     }
 
     #[test]
