@@ -113,7 +113,7 @@ struct SoakArgs {
     /// Soak a fleet that runs elsewhere (staging) instead of one started
     /// here: --brokers, --redis and the prefixes name it, --worker its
     /// workers' metrics, --fault-command its faults; --text-rate and
-    /// --image-rate the load (docs/operations.md, "Soaking a staging fleet").
+    /// --image-rate the load (docs/operations.md, section 9).
     #[arg(long, requires_all = ["text_rate", "image_rate"])]
     staging: bool,
     #[command(flatten)]
@@ -730,7 +730,7 @@ async fn soak(args: SoakArgs) -> Result<()> {
     };
     let plan = if args.every_fault_once {
         // A fault's effects (a rebalance, a reconnect) take seconds to pass:
-        // 15 s between starts at least.
+        // at least 15 s of quiet between one fault's end and the next.
         schedule::every_fault_once(&config, 15.0)
             .context("--duration is too short for every fault once after --warm-up and before --settle")?
     } else {
@@ -748,12 +748,21 @@ async fn soak(args: SoakArgs) -> Result<()> {
     println!("command: {command}");
     println!("{} faults planned over {:?}", plan.len(), args.duration);
     let dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("loadtest-report/soak-{}", unix_s())));
+    let load = run::SoakLoad {
+        corpus: read_corpus(&args.corpus)?,
+        images: run::read_images(&args.images)?,
+        duration: args.duration,
+        plan,
+        burst_factor: args.burst_factor,
+        sample_every: args.sample_every,
+        seed: args.seed,
+    };
     let outcome = if args.staging {
         if args.workers.is_empty() {
             bail!("--staging needs at least one --worker NAME=HOST:PORT to sample");
         }
         let commands = run::FaultCommands(args.fault_commands.clone());
-        let plan = commands.keep(plan);
+        let load = run::SoakLoad { plan: commands.keep(load.plan), ..load };
         let (redis, names) = (args.redis.target()?, args.namespace.namespace()?);
         let kafka = KafkaConfig::from_args(&args.kafka)?;
         fleet_connect::kafka_check::check_at_start(&kafka.client_config(), Duration::from_secs(10))?;
@@ -762,7 +771,7 @@ async fn soak(args: SoakArgs) -> Result<()> {
             names.topic(&args.text_model),
             names.topic(&args.image_model),
             args.workers.len(),
-            plan.len()
+            load.plan.len()
         );
         run::run_staging(run::StagingConfig {
             kafka,
@@ -770,15 +779,9 @@ async fn soak(args: SoakArgs) -> Result<()> {
             names,
             text_model: args.text_model.clone(),
             image_model: args.image_model.clone(),
-            corpus: read_corpus(&args.corpus)?,
-            images: run::read_images(&args.images)?,
-            duration: args.duration,
-            plan,
+            load,
             text_rate: args.text_rate.unwrap_or_default(),
             image_rate: args.image_rate.unwrap_or_default(),
-            burst_factor: args.burst_factor,
-            sample_every: args.sample_every,
-            seed: args.seed,
             workers: args.workers.clone(),
             commands,
         })
@@ -786,15 +789,9 @@ async fn soak(args: SoakArgs) -> Result<()> {
     } else {
         run::run(run::SoakConfig {
             binaries: Binaries::from_env()?,
-            corpus: read_corpus(&args.corpus)?,
-            images: run::read_images(&args.images)?,
-            duration: args.duration,
-            plan,
+            load,
             capacity_fraction: args.capacity_fraction,
-            burst_factor: args.burst_factor,
-            sample_every: args.sample_every,
             partitions: args.partitions,
-            seed: args.seed,
             worker_args: args.worker_args.clone(),
             capacity_texts: args.capacity_texts,
             capacity_images: args.capacity_images,

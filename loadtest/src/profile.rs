@@ -63,10 +63,23 @@ impl Profile {
 /// Arrival times (seconds from the start, increasing) within `duration_s`,
 /// at most `max_count` of them.
 pub fn arrivals(profile: Profile, duration_s: f64, seed: u64, max_count: usize) -> Vec<f64> {
+    thinned(profile.peak(), duration_s, seed, max_count, |t| profile.rate_at(t, duration_s))
+}
+
+/// Arrival times of a seeded non-homogeneous Poisson process of rate
+/// `rate_at(t)` (never above `peak`) over `duration_s`, by thinning:
+/// candidate gaps at the peak rate, each kept with probability
+/// rate(t) / peak. `rate_at` is asked at increasing times only.
+pub fn thinned(
+    peak: f64,
+    duration_s: f64,
+    seed: u64,
+    max_count: usize,
+    mut rate_at: impl FnMut(f64) -> f64,
+) -> Vec<f64> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let peak = profile.peak();
     let mut times = Vec::new();
-    if peak <= 0.0 {
+    if !peak.is_finite() || peak <= 0.0 {
         return times;
     }
     let mut t = 0.0;
@@ -77,7 +90,7 @@ pub fn arrivals(profile: Profile, duration_s: f64, seed: u64, max_count: usize) 
         if t >= duration_s {
             break;
         }
-        if rng.random::<f64>() * peak <= profile.rate_at(t, duration_s) {
+        if rng.random::<f64>() * peak <= rate_at(t) {
             times.push(t);
         }
     }

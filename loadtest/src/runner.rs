@@ -238,44 +238,57 @@ pub async fn run(config: RunConfig) -> Result<RunOutcome> {
     );
     let mut conn = config.redis.connection(REDIS_CONNECT, Some(REDIS_RESPOND)).await.context("connecting to Redis")?;
     let mut states = vec![State::default(); ids.len()];
+    // Sent, not refused, not answered yet: what each poll asks for. Kept as
+    // the events come, so a tick costs what is in flight, not the whole run
+    // (a soak sends millions).
+    let mut pending = std::collections::BTreeSet::new();
+    let (mut sent, mut answered) = (0usize, 0usize);
     let mut sender_done = false;
     let mut last_send = start;
     let mut tick = tokio::time::interval(POLL_EVERY);
     loop {
         tokio::select! {
             event = inbox.recv() => match event {
-                Some(Event::Sent { index, at_s }) => { states[index].sent_s = Some(at_s); last_send = Instant::now(); }
-                Some(Event::NotSent { index }) => states[index].delivered = Some(false),
+                Some(Event::Sent { index, at_s }) => {
+                    states[index].sent_s = Some(at_s);
+                    last_send = Instant::now();
+                    sent += 1;
+                    pending.insert(index);
+                }
+                Some(Event::NotSent { index }) => {
+                    states[index].delivered = Some(false);
+                    pending.remove(&index);
+                }
                 Some(Event::Delivered { index, partition }) => {
                     states[index].delivered = Some(partition.is_some());
                     states[index].partition = partition;
+                    if partition.is_none() {
+                        pending.remove(&index);
+                    }
                 }
                 Some(Event::SenderDone) => sender_done = true,
                 None => sender_done = true,
             },
             _ = tick.tick() => {
-                let pending: Vec<usize> = (0..ids.len())
-                    .filter(|&i| states[i].sent_s.is_some() && states[i].delivered != Some(false) && states[i].seen.is_none())
-                    .collect();
-                let pending_ids: Vec<RequestId> = pending.iter().map(|&i| ids[i].clone()).collect();
-                match collect::poll(&mut conn, &config.names, &config.model, &pending_ids).await {
+                let polled: Vec<usize> = pending.iter().copied().collect();
+                let polled_ids: Vec<RequestId> = polled.iter().map(|&i| ids[i].clone()).collect();
+                match collect::poll(&mut conn, &config.names, &config.model, &polled_ids).await {
                     Ok(found) => {
                         let at = start.elapsed().as_secs_f64();
-                        for (&i, seen) in pending.iter().zip(found) {
+                        for (&i, seen) in polled.iter().zip(found) {
                             if let Some(seen) = seen {
+                                pending.remove(&i);
                                 states[i].seen = Some((at, seen));
+                                answered += 1;
                             }
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "answer poll failed; retrying"),
                 }
 
-                let answered = states.iter().filter(|s| s.seen.is_some()).count();
-                let sent = states.iter().filter(|s| s.sent_s.is_some()).count();
                 progress.set_position(answered as u64);
                 progress.set_message(format!("({sent} sent)"));
-                let settled = states.iter().all(|s| s.delivered == Some(false) || s.seen.is_some());
-                if sender_done && (settled || last_send.elapsed() > config.drain) {
+                if sender_done && (pending.is_empty() || last_send.elapsed() > config.drain) {
                     break;
                 }
             }

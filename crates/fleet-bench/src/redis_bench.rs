@@ -11,7 +11,7 @@ use fleet_worker::stages::cache::entry::tokens_hash;
 use fleet_worker::stages::cache::FeatureCache;
 use fleet_worker::stages::engine::precision::Precision;
 use fleet_worker::stages::engine::torch::TextModule;
-use fleet_worker::stages::sink::ResultSink;
+use fleet_worker::stages::sink::{Attempt, ResultSink};
 use fleet_worker::stages::source::message::Position;
 use fleet_worker::versions::handover::VersionTtls;
 use std::time::Instant;
@@ -53,7 +53,7 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
     let started = Instant::now();
     for batch in &batches {
         for one in batch {
-            all_written(sink.write(std::slice::from_ref(one)).await)?;
+            all_written(sink.write(std::slice::from_ref(one), Attempt::First).await)?;
         }
     }
     let one_by_one_per_s = n as f64 / started.elapsed().as_secs_f64();
@@ -61,7 +61,7 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
     clear(&mut conn).await?;
     let started = Instant::now();
     for batch in &batches {
-        all_written(sink.write(batch).await)?;
+        all_written(sink.write(batch, Attempt::First).await)?;
     }
     let batched_per_s = n as f64 / started.elapsed().as_secs_f64();
 

@@ -94,7 +94,8 @@ pub const ENGINE_BATCH_PERCENT: &str = "fleet_engine_batch_percent";
 /// Rows per wall second each candidate setting answered while tuning, by
 /// `knob` (threads, batch_percent) and `value`; set once a knob is decided.
 pub const ENGINE_TUNED_ROWS_PER_SECOND: &str = "fleet_engine_tuned_rows_per_second";
-/// Answers not written because the request already had one.
+/// Answers not written on their first try because the request already
+/// had one: work done twice.
 pub const DUPLICATE_ANSWERS_TOTAL: &str = "fleet_duplicate_answers_total";
 /// librdkafka's statistics, per lane's consumer (stages/source/statistics.rs).
 pub const KAFKA_FETCH_QUEUE_MESSAGES: &str = "fleet_kafka_fetch_queue_messages";
@@ -198,7 +199,7 @@ pub fn register(labels: &SeriesLabels) {
     );
     describe_counter!(
         DUPLICATE_ANSWERS_TOTAL,
-        "Answers not written because the request already had one (a message read twice, or a retried write)"
+        "Answers not written because the request already had one: a message read and computed twice"
     );
     describe_gauge!(
         KAFKA_FETCH_QUEUE_MESSAGES,

@@ -83,7 +83,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let mut kafka = args.kafka_config()?;
     // Wrong credentials or an untrusted certificate end the worker here,
     // with the reason, before the model loads (not as endless retries).
-    let probe = kafka.clone();
+    let probe = kafka.clone().remove("statistics.interval.ms").clone();
     tokio::task::spawn_blocking(move || fleet_connect::kafka_check::check_at_start(&probe, KAFKA_CHECK_TIMEOUT))
         .await??;
     let settings = LoadSettings {
@@ -110,7 +110,11 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     }
     let replica_wait = (args.redis_wait_replicas > 0)
         .then_some(ReplicaWait { replicas: args.redis_wait_replicas, timeout: args.redis_wait_timeout });
-    let dead_letters = DeadLetters::new(&kafka, names.dlq_topic(&args.model), names.topic(&args.model))?;
+    // librdkafka's statistics are the consumers' (published as metrics);
+    // an operator's statistics.interval.ms would make this producer (and
+    // the check above) log a full report at every interval instead.
+    let producer_config = kafka.clone().remove("statistics.interval.ms").clone();
+    let dead_letters = DeadLetters::new(&producer_config, names.dlq_topic(&args.model), names.topic(&args.model))?;
 
     let (job_tx, job_rx) = mpsc::channel::<Piped<Job>>(JOB_QUEUE);
     let (batch_tx, batch_rx) = mpsc::channel::<Piped<Batch<Job>>>(BATCH_QUEUE);

@@ -31,6 +31,8 @@ pub struct Judged {
     pub budgets: Budgets,
     /// The books of every partition summed.
     pub books: PartitionBooks,
+    /// Requests computed twice where a kill forced it (not judged).
+    pub forced_duplicates: u64,
     pub result_line: String,
 }
 
@@ -54,7 +56,7 @@ pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged>
     }
     std::fs::write(dir.join("samples.csv"), csv)?;
 
-    let faults: Vec<Planned> = outcome.faults.iter().map(|f| Planned { at_s: f.at_s, ..f.planned }).collect();
+    let faults: Vec<Planned> = outcome.faults.iter().map(|f| f.as_happened()).collect();
     let rss: Vec<(String, Vec<(f64, f64)>)> = samples::by_worker(&outcome.samples)
         .into_iter()
         .map(|(name, series)| (name, series.iter().map(|s| (s.at_s, s.rss_bytes)).collect()))
@@ -91,22 +93,27 @@ fn judge(about: &About, outcome: &SoakOutcome) -> Judged {
     for run in [&outcome.texts, &outcome.images] {
         let (_, p99) = books::latency_by_interval(&run.records, about.interval_s);
         for fault in &outcome.faults {
-            let at = Planned { at_s: fault.at_s, ..fault.planned };
-            recoveries.push(verdict::recovery(&p99, &at, &budgets, about.interval_s));
+            recoveries.push(verdict::recovery(&p99, &fault.as_happened(), &budgets, about.interval_s));
         }
     }
-    let dlq = outcome.texts.ledger.dead_lettered() + outcome.images.ledger.dead_lettered();
-    let duplicates = samples::duplicate_answers(&outcome.samples).round() as u64;
+    let dlq = outcome.texts.ledger.dlq + outcome.images.ledger.dlq;
+    let duplicates = samples::duplicates(&outcome.samples, &outcome.initial_workers, &kill_windows(outcome));
 
     let mut other = Vec::new();
     for death in &outcome.deaths {
-        other.push(format!("a worker's process ended: {death}"));
+        other.push(format!("a worker was lost: {death}"));
     }
     for name in samples::restarted(&outcome.samples) {
         other.push(format!("{name} restarted"));
     }
     for fault in outcome.faults.iter().filter(|f| f.failed) {
         other.push(format!("{} at {:.0} s: {}", fault.planned.fault.name(), fault.at_s, fault.note));
+    }
+    if total.error > 0 {
+        other.push(format!("{} error answers to valid requests (budget 0)", total.error));
+    }
+    if dlq > 0 {
+        other.push(format!("{dlq} messages dead-lettered (budget 0)"));
     }
     for worker in &memory {
         if worker.peak_bytes > about.rss_limit_bytes {
@@ -118,9 +125,24 @@ fn judge(about: &About, outcome: &SoakOutcome) -> Judged {
             ));
         }
     }
-    let verdict = Verdict { memory, recoveries, missing: total.missing, duplicates, dlq, other };
+    let verdict = Verdict { memory, recoveries, missing: total.missing, duplicates: duplicates.unforced, dlq, other };
     let result_line = verdict.result_line(&budgets);
-    Judged { verdict, budgets, books: total, result_line }
+    Judged { verdict, budgets, books: total, forced_duplicates: duplicates.forced, result_line }
+}
+
+/// How long after a broker comes back its consumers may still read again
+/// what it lost: a rejoin, a session timeout and a fetch.
+const KILL_AFTERMATH_S: f64 = 30.0;
+
+/// Where a kill forces work to be done twice: each broker restart, from
+/// its kill to a while after it is back.
+fn kill_windows(outcome: &SoakOutcome) -> Vec<(f64, f64)> {
+    outcome
+        .faults
+        .iter()
+        .filter(|f| f.planned.fault == super::schedule::Fault::BrokerRestart)
+        .map(|f| (f.at_s, f.ended_s + KILL_AFTERMATH_S))
+        .collect()
 }
 
 fn partition_books(outcome: &SoakOutcome) -> std::collections::BTreeMap<(String, i32), PartitionBooks> {
@@ -176,7 +198,8 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
         md,
         "Budgets: RSS growth after warm-up ≤ {:.1} % per hour per worker (judged once the run is long enough to \
          measure it), peak RSS ≤ {:.0} MiB, p99 after each fault back within {:.1}× its value before within {:.0} s, \
-         no request missing or dead-lettered, {} duplicate answers, no worker death or restart.\n",
+         no request missing, dead-lettered or answered with an error, at most {} requests computed twice where no \
+         kill forced it, no worker death or restart, every fault injected.\n",
         b.rss_growth_pct_per_hour,
         mib(about.rss_limit_bytes),
         b.p99_recovery_factor,
@@ -185,16 +208,16 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     );
 
     let _ = writeln!(md, "## Faults\n");
-    let _ = writeln!(md, "| fault | planned s | injected s | lasts s | what was done |");
+    let _ = writeln!(md, "| fault | planned s | began s | over s | what was done |");
     let _ = writeln!(md, "| --- | ---: | ---: | ---: | --- |");
     for f in &outcome.faults {
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.1} | {:.0} | {} |",
+            "| {} | {:.0} | {:.1} | {:.1} | {} |",
             f.planned.fault.name(),
             f.planned.at_s,
             f.at_s,
-            f.planned.lasts_s,
+            f.ended_s,
             f.note
         );
     }
@@ -217,9 +240,11 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     );
     let _ = writeln!(
         md,
-        "Duplicate answers (work done twice, the first answer kept; the workers' `fleet_duplicate_answers_total`): \
-         {}. Dead-lettered: {}. Not accepted by the producer (never sent): {}.\n",
+        "Requests computed twice (the workers' `fleet_duplicate_answers_total`; the first answer is kept, so no \
+         client saw two): {} where no kill forced it, {} within {KILL_AFTERMATH_S:.0} s of a broker kill. \
+         Dead-lettered: {}. Not accepted by the producer (never sent): {}.\n",
         judged.verdict.duplicates,
+        judged.forced_duplicates,
         judged.verdict.dlq,
         outcome.texts.ledger.send_failed + outcome.images.ledger.send_failed
     );

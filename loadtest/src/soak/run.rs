@@ -32,22 +32,38 @@ use tokio::time::Instant;
 
 pub const TEXT_MODEL: &str = "minilm";
 pub const IMAGE_MODEL: &str = "efficientnet_lite0";
-/// The text worker that joins and leaves.
-const JOINER: &str = "text-2";
+/// The first workers, started before the load: the soak's baseline.
+const INITIAL_WORKERS: [&str; 2] = ["text-1", "image-1"];
 
-pub struct SoakConfig {
-    /// The worker binary and the shipped models (copied into `work_dir`).
-    pub binaries: Binaries,
+/// What every soak offers and how it watches, on a fleet started here or
+/// a running one.
+pub struct SoakLoad {
+    /// Sentences the texts are made of.
     pub corpus: Vec<String>,
     pub images: Vec<ImageInput>,
     pub duration: Duration,
     pub plan: Vec<Planned>,
-    /// The offered rates as a share of each worker's measured capacity.
-    pub capacity_fraction: f64,
+    /// How many times the offered rates inside a planned burst.
     pub burst_factor: f64,
     pub sample_every: Duration,
-    pub partitions: i32,
     pub seed: u64,
+}
+
+impl SoakLoad {
+    /// Open-loop arrival times at `rate`, the plan's bursts included.
+    fn arrivals(&self, rate: f64, seed: u64) -> Vec<f64> {
+        let duration_s = self.duration.as_secs_f64();
+        super::schedule::arrivals(rate, self.burst_factor, &self.plan, duration_s, seed, usize::MAX)
+    }
+}
+
+pub struct SoakConfig {
+    /// The worker binary and the shipped models (copied into `work_dir`).
+    pub binaries: Binaries,
+    pub load: SoakLoad,
+    /// The offered rates as a share of each worker's measured capacity.
+    pub capacity_fraction: f64,
+    pub partitions: i32,
     pub worker_args: Vec<String>,
     /// Sent at once to measure each worker's capacity.
     pub capacity_texts: usize,
@@ -60,8 +76,12 @@ pub struct SoakConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Injected {
     pub planned: Planned,
-    /// When it began, seconds from the start of the load.
+    /// When it began, seconds from the start of the load (a burst: when the
+    /// arrivals planned it).
     pub at_s: f64,
+    /// When it was over: its injection returned (a joiner ready and owning
+    /// partitions, the broker listening again).
+    pub ended_s: f64,
     /// What was done, or why it could not be.
     pub note: String,
     pub failed: bool,
@@ -80,8 +100,18 @@ pub struct SoakOutcome {
     pub images: RunOutcome,
     pub samples: Vec<Sample>,
     pub faults: Vec<Injected>,
-    /// Workers whose process ended without being asked to.
+    /// Workers whose process ended without being asked to, or that stopped
+    /// answering /metrics.
     pub deaths: Vec<String>,
+    /// The workers that ran before the load began.
+    pub initial_workers: Vec<String>,
+}
+
+impl Injected {
+    /// The fault as it happened: its actual start and length.
+    pub fn as_happened(&self) -> Planned {
+        Planned { at_s: self.at_s, lasts_s: (self.ended_s - self.at_s).max(0.0), ..self.planned }
+    }
 }
 
 /// Seconds to keep collecting answers after the last send: past the
@@ -89,13 +119,14 @@ pub struct SoakOutcome {
 const DRAIN: Duration = Duration::from_secs(90);
 
 pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
-    if config.images.is_empty() {
+    let load = &config.load;
+    if load.images.is_empty() {
         bail!("a soak needs at least one image");
     }
     let (text_model, image_model) = (ModelName::parse(TEXT_MODEL)?, ModelName::parse(IMAGE_MODEL)?);
     let repo = SoakRepo::create(&config.work_dir, &config.binaries.model_repo)?;
     let database = PostgresDatabase::create("fleet_soak");
-    let mut broker = Broker::start_with(Storage::Postgres { url: database.url() });
+    let broker = Broker::start_with(Storage::Postgres { url: database.url() });
     let redis = Redis::start();
     for model in [&text_model, &image_model] {
         broker.create_topics(model, config.partitions).await;
@@ -107,11 +138,12 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
         args: config.worker_args.clone(),
     };
     let roster = Roster::default();
-    roster.add("text-1", starter.start(TEXT_MODEL).await?);
-    roster.add("image-1", starter.start(IMAGE_MODEL).await?);
+    let [text_worker, image_worker] = INITIAL_WORKERS;
+    roster.add(text_worker, starter.start(TEXT_MODEL).await?);
+    roster.add(image_worker, starter.start(IMAGE_MODEL).await?);
 
     // Capacity, each worker alone (and warm after it).
-    let pid = std::process::id();
+    let run_id = format!("{}-{}", std::process::id(), unix_s());
     let local = |model: &ModelName, rate: f64, duration: Duration, run_id: String| {
         RunConfig::on_local_fleet(
             &broker,
@@ -119,7 +151,7 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
             model,
             Profile::Steady { rate },
             duration,
-            &config.corpus,
+            &load.corpus,
             run_id,
         )
     };
@@ -129,37 +161,33 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
         Ok(RunConfig { max_requests: count, drain: Duration::from_secs(600), images, seed: 1, ..config })
     };
     let text_burst =
-        runner::run(burst(&text_model, config.capacity_texts, Vec::new(), format!("soak-cap-t-{pid}"))?).await?;
+        runner::run(burst(&text_model, config.capacity_texts, Vec::new(), format!("soak-cap-t-{run_id}"))?).await?;
     let text_capacity = throughput(&text_burst.records).context("the text capacity burst measured no rate")?;
     let image_burst =
-        runner::run(burst(&image_model, config.capacity_images, config.images.clone(), format!("soak-cap-i-{pid}"))?)
+        runner::run(burst(&image_model, config.capacity_images, load.images.clone(), format!("soak-cap-i-{run_id}"))?)
             .await?;
     let image_capacity = throughput(&image_burst.records).context("the image capacity burst measured no rate")?;
     let (text_rate, image_rate) = (text_capacity * config.capacity_fraction, image_capacity * config.capacity_fraction);
     tracing::info!(text_capacity, image_capacity, text_rate, image_rate, "capacity measured; the soak begins");
 
-    let duration_s = config.duration.as_secs_f64();
-    let arrivals = |rate: f64, seed: u64| {
-        super::schedule::arrivals(rate, config.burst_factor, &config.plan, duration_s, seed, usize::MAX)
-    };
     let texts = RunConfig {
-        arrivals: Some(arrivals(text_rate, config.seed)),
+        arrivals: Some(load.arrivals(text_rate, load.seed)),
         drain: DRAIN,
-        seed: config.seed,
-        ..local(&text_model, text_rate, config.duration, format!("soak-t-{pid}"))?
+        seed: load.seed,
+        ..local(&text_model, text_rate, load.duration, format!("soak-t-{run_id}"))?
     };
     let images = RunConfig {
-        arrivals: Some(arrivals(image_rate, config.seed + 1)),
-        images: config.images.clone(),
+        arrivals: Some(load.arrivals(image_rate, load.seed + 1)),
+        images: load.images.clone(),
         drain: DRAIN,
-        seed: config.seed + 1,
-        ..local(&image_model, image_rate, config.duration, format!("soak-i-{pid}"))?
+        seed: load.seed + 1,
+        ..local(&image_model, image_rate, load.duration, format!("soak-i-{run_id}"))?
     };
 
     let samples = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let load = async {
+    let loads = async {
         let outcomes = tokio::join!(runner::run(texts), runner::run(images));
         let _ = stop.send(true);
         outcomes
@@ -170,24 +198,28 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
         starter: &starter,
         repo: &repo,
         samples: &samples,
-        burst_factor: config.burst_factor,
-        broker: &mut broker,
+        burst_factor: load.burst_factor,
+        broker: Some(broker),
         redis: &redis,
+        joiners: 0,
+        joiner: None,
     };
     let ((texts, images), injected, deaths) = tokio::join!(
-        load,
-        inject(&config.plan, start, &mut faults),
-        sample(&roster, &samples, start, config.sample_every, stopped)
+        loads,
+        inject(&load.plan, start, &mut faults),
+        sample(&roster, &samples, start, load.sample_every, stopped)
     );
     let (texts, images) = (texts?, images?);
     // The last look at every worker, then each drains and leaves.
-    sample_once(&roster, &samples, start).await;
+    let mut deaths = deaths;
+    deaths.extend(sample_once(&roster, &samples, start).await.0);
     for (name, mut worker) in roster.take_all() {
         if let Err(e) = tokio::task::spawn_blocking(move || worker.stop()).await? {
             tracing::warn!(worker = name, error = %e, "a worker did not stop cleanly");
         }
     }
-    drop(broker);
+    // The broker lets go of its database before the database goes.
+    drop(faults);
     drop(database);
     let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(SoakOutcome {
@@ -202,6 +234,7 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
         samples,
         faults: injected,
         deaths,
+        initial_workers: INITIAL_WORKERS.map(str::to_owned).to_vec(),
     })
 }
 
@@ -320,10 +353,6 @@ impl Roster {
         std::mem::take(&mut *self.lock())
     }
 
-    fn has(&self, name: &str) -> bool {
-        self.lock().iter().any(|(n, _)| n == name)
-    }
-
     /// Each worker's metrics address; and the names of those whose process
     /// has ended (taken off the roster: nobody asked them to).
     fn addresses_and_deaths(&self) -> (Vec<(String, SocketAddr)>, Vec<String>) {
@@ -367,8 +396,14 @@ impl Targets for Addresses {
 
 type Samples = Arc<Mutex<Vec<Sample>>>;
 
+/// Samples in a row a worker may miss before the report names it: a
+/// staging worker whose pod died (its port-forward answers nothing) must
+/// not simply vanish from the samples.
+const SILENT_SAMPLES: u32 = 3;
+
 /// Every `every` until the load ends: one sample of each live worker.
-/// Returns the workers that died.
+/// Returns the workers that died, or stopped answering for
+/// [`SILENT_SAMPLES`] samples in a row.
 async fn sample(
     roster: &impl Targets,
     samples: &Samples,
@@ -377,24 +412,64 @@ async fn sample(
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<String> {
     let mut deaths = Vec::new();
+    let mut missed: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
     let mut tick = tokio::time::interval(every);
+    // After a stall, one sample, not a catch-up burst.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => deaths.extend(sample_once(roster, samples, start).await),
+            _ = tick.tick() => {
+                let (dead, silent) = sample_once(roster, samples, start).await;
+                deaths.extend(dead);
+                for (name, answered) in silent {
+                    let count = missed.entry(name.clone()).or_default();
+                    *count = if answered { 0 } else { *count + 1 };
+                    if *count == SILENT_SAMPLES {
+                        let at_s = start.elapsed().as_secs_f64();
+                        deaths.push(format!("{name} did not answer /metrics for {SILENT_SAMPLES} samples (at {at_s:.0} s)"));
+                    }
+                }
+            }
             _ = stopped.changed() => return deaths,
         }
     }
 }
 
-/// One sample of each live worker; the names of those found dead.
-async fn sample_once(roster: &impl Targets, samples: &Samples, start: Instant) -> Vec<String> {
+/// One sample of each live worker: the names of those found dead, and
+/// whether each of the others answered.
+async fn sample_once(roster: &impl Targets, samples: &Samples, start: Instant) -> (Vec<String>, Vec<(String, bool)>) {
     let (addresses, dead) = roster.now();
+    let mut answered = Vec::with_capacity(addresses.len());
     for (name, addr) in addresses {
-        if let Some(sample) = scrape(&name, addr, start).await {
+        let sample = scrape(&name, addr, start).await;
+        answered.push((name, sample.is_some()));
+        if let Some(sample) = sample {
             samples.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
         }
     }
-    dead
+    (dead, answered)
+}
+
+/// How long a joiner may take to get partitions once ready.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Waits until the worker at `metrics` owns a partition of the
+/// interactive lane.
+async fn wait_for_partitions(metrics: SocketAddr, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let scrape = tokio::task::spawn_blocking(move || http_get(metrics, "/metrics")).await?;
+        let owned = scrape.map_or(0.0, |(_, body)| {
+            fleet_testkit::metric_value(&body, "fleet_assigned_partitions", &[("lane", "interactive")])
+        });
+        if owned > 0.0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("no partition within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A worker's scrape as a sample; `None` while it does not answer (Redis
@@ -418,8 +493,15 @@ struct Faults<'a> {
     repo: &'a SoakRepo,
     samples: &'a Samples,
     burst_factor: f64,
-    broker: &'a mut Broker,
+    /// Owned, so a restart can wait off the runtime; `None` only if a
+    /// restart failed.
+    broker: Option<Broker>,
     redis: &'a Redis,
+    /// Joiners started so far: each has a name of its own (`text-2`,
+    /// `text-3`, …), so one process's samples are never another's.
+    joiners: usize,
+    /// The joiner in the group now.
+    joiner: Option<String>,
 }
 
 /// Each planned fault at its time; what each did.
@@ -436,7 +518,12 @@ async fn inject(plan: &[Planned], start: Instant, injector: &mut impl Injector) 
         if failed {
             tracing::error!(fault = planned.fault.name(), note, "a fault could not be injected");
         }
-        injected.push(Injected { planned: *planned, at_s, note, failed });
+        // A burst is in the arrivals: it happens when they planned it.
+        let (at_s, ended_s) = match planned.fault {
+            Fault::Burst => (planned.at_s, planned.ends_s()),
+            _ => (at_s, start.elapsed().as_secs_f64()),
+        };
+        injected.push(Injected { planned: *planned, at_s, ended_s, note, failed });
     }
     injected
 }
@@ -446,30 +533,48 @@ impl Injector for Faults<'_> {
         let lasts = Duration::from_secs_f64(planned.lasts_s);
         Ok(match planned.fault {
             Fault::MemberJoin => {
-                if self.roster.has(JOINER) {
-                    bail!("{JOINER} is still in the group");
+                if let Some(joiner) = &self.joiner {
+                    bail!("{joiner} is still in the group");
                 }
+                self.joiners += 1;
+                let name = format!("text-{}", self.joiners + 1);
                 let worker = self.starter.start(TEXT_MODEL).await?;
-                self.roster.add(JOINER, worker);
-                format!("{JOINER} started and ready (a second {TEXT_MODEL} worker in the group)")
+                let metrics = worker.metrics;
+                self.roster.add(&name, worker);
+                self.joiner = Some(name.clone());
+                // Over once the group has given it partitions: a leave
+                // planned soon after must find a member that served.
+                wait_for_partitions(metrics, JOIN_TIMEOUT)
+                    .await
+                    .with_context(|| format!("{name} started but got no partition"))?;
+                format!("{name} started, ready and given partitions (a second {TEXT_MODEL} worker in the group)")
             }
             Fault::MemberLeave => {
-                let mut worker = self.roster.take(JOINER).with_context(|| format!("{JOINER} is not running"))?;
+                let name = self.joiner.take().context("no joiner in the group")?;
+                let mut worker = self.roster.take(&name).with_context(|| format!("{name} is not running"))?;
                 // Its counters end with it: the last look first.
-                if let Some(sample) = scrape(JOINER, worker.metrics, self.start).await {
+                if let Some(sample) = scrape(&name, worker.metrics, self.start).await {
                     self.samples.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
                 }
                 tokio::task::spawn_blocking(move || worker.stop()).await??;
-                format!("{JOINER} sent SIGTERM: drained and left")
+                format!("{name} sent SIGTERM: drained and left")
             }
             Fault::ModelSwap => format!("{TEXT_MODEL} version {} published", self.repo.publish_good()?),
             Fault::BrokenModel => {
                 format!("{TEXT_MODEL} version {} published with a corrupt model.pt", self.repo.publish_broken()?)
             }
             Fault::BrokerRestart => {
-                self.broker.kill();
+                let mut broker = self.broker.take().context("the broker did not come back from a restart")?;
+                broker.kill();
                 tokio::time::sleep(lasts).await;
-                tokio::task::block_in_place(|| self.broker.start_again());
+                // Off the runtime: the loads and the sampler go on meanwhile.
+                let broker = tokio::task::spawn_blocking(move || {
+                    broker.start_again();
+                    broker
+                })
+                .await
+                .context("starting the broker again")?;
+                self.broker = Some(broker);
                 format!("broker killed (SIGKILL), started again after {:.0} s", planned.lasts_s)
             }
             Fault::RedisFreeze => {
@@ -491,17 +596,11 @@ pub struct StagingConfig {
     pub names: fleet_proto::Namespace,
     pub text_model: ModelName,
     pub image_model: ModelName,
-    pub corpus: Vec<String>,
-    pub images: Vec<ImageInput>,
-    pub duration: Duration,
-    /// Already left without the faults that have no command (see
+    /// Its plan already left without the faults that have no command (see
     /// [`FaultCommands::keep`]).
-    pub plan: Vec<Planned>,
+    pub load: SoakLoad,
     pub text_rate: f64,
     pub image_rate: f64,
-    pub burst_factor: f64,
-    pub sample_every: Duration,
-    pub seed: u64,
     /// Each worker's name and metrics address (host:port of its /metrics).
     pub workers: Vec<(String, SocketAddr)>,
     pub commands: FaultCommands,
@@ -578,6 +677,10 @@ impl Injector for Commands<'_> {
     }
 }
 
+fn unix_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 fn fault_names() -> String {
     Fault::ALL.iter().filter(|f| **f != Fault::Burst).map(|f| f.name()).collect::<Vec<_>>().join(", ")
 }
@@ -585,17 +688,14 @@ fn fault_names() -> String {
 /// Soaks a running fleet: its topics, its Redis, its workers' metrics, the
 /// operator's fault commands. Nothing is started here.
 pub async fn run_staging(config: StagingConfig) -> Result<SoakOutcome> {
-    if config.images.is_empty() {
+    let load = &config.load;
+    if load.images.is_empty() {
         bail!("a soak needs at least one image");
     }
-    let pid = std::process::id();
-    let duration_s = config.duration.as_secs_f64();
-    let arrivals = |rate: f64, seed: u64| {
-        super::schedule::arrivals(rate, config.burst_factor, &config.plan, duration_s, seed, usize::MAX)
-    };
-    let load = |model: &ModelName, rate: f64, seed: u64, run_id: String| RunConfig {
+    let run_id = format!("{}-{}", std::process::id(), unix_s());
+    let offered = |model: &ModelName, rate: f64, seed: u64, run_id: String| RunConfig {
         names: config.names.clone(),
-        arrivals: Some(arrivals(rate, seed)),
+        arrivals: Some(load.arrivals(rate, seed)),
         drain: DRAIN,
         seed,
         ..RunConfig::new(
@@ -603,32 +703,39 @@ pub async fn run_staging(config: StagingConfig) -> Result<SoakOutcome> {
             config.redis.clone(),
             model.clone(),
             Profile::Steady { rate },
-            config.duration,
-            config.corpus.clone(),
+            load.duration,
+            load.corpus.clone(),
             run_id,
         )
     };
-    let texts = load(&config.text_model, config.text_rate, config.seed, format!("soak-t-{pid}"));
+    let texts = offered(&config.text_model, config.text_rate, load.seed, format!("soak-t-{run_id}"));
     let images = RunConfig {
-        images: config.images.clone(),
-        ..load(&config.image_model, config.image_rate, config.seed + 1, format!("soak-i-{pid}"))
+        images: load.images.clone(),
+        ..offered(&config.image_model, config.image_rate, load.seed + 1, format!("soak-i-{run_id}"))
     };
     let targets = Addresses(config.workers.clone());
     let samples = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let load = async {
+    let loads = async {
         let outcomes = tokio::join!(runner::run(texts), runner::run(images));
         let _ = stop.send(true);
         outcomes
     };
-    let mut commands = Commands { commands: &config.commands, burst_factor: config.burst_factor };
-    let ((texts, images), injected, _) = tokio::join!(
-        load,
-        inject(&config.plan, start, &mut commands),
-        sample(&targets, &samples, start, config.sample_every, stopped)
+    let mut commands = Commands { commands: &config.commands, burst_factor: load.burst_factor };
+    let ((texts, images), injected, deaths) = tokio::join!(
+        loads,
+        inject(&load.plan, start, &mut commands),
+        sample(&targets, &samples, start, load.sample_every, stopped)
     );
-    sample_once(&targets, &samples, start).await;
+    let (_, answered) = sample_once(&targets, &samples, start).await;
+    let mut deaths = deaths;
+    deaths.extend(
+        answered
+            .into_iter()
+            .filter(|(_, answered)| !answered)
+            .map(|(name, _)| format!("{name} did not answer /metrics at the end")),
+    );
     let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(SoakOutcome {
         text_model: config.text_model.to_string(),
@@ -641,7 +748,8 @@ pub async fn run_staging(config: StagingConfig) -> Result<SoakOutcome> {
         images: images?,
         samples,
         faults: injected,
-        deaths: Vec::new(),
+        deaths,
+        initial_workers: config.workers.iter().map(|(name, _)| name.clone()).collect(),
     })
 }
 

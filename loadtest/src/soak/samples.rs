@@ -95,10 +95,46 @@ pub fn by_worker(samples: &[Sample]) -> Vec<(String, Vec<&Sample>)> {
     workers
 }
 
-/// Duplicate answers over the fleet: each worker's last count summed (a
-/// counter only grows while its process lives).
-pub fn duplicate_answers(samples: &[Sample]) -> f64 {
-    by_worker(samples).iter().filter_map(|(_, series)| series.last()).map(|s| s.duplicate_answers).sum()
+/// Requests computed twice over the soak, from the workers'
+/// `fleet_duplicate_answers_total`: what each worker counted between two of
+/// its samples, split by whether that stretch touches a window where a
+/// kill forces them (a broker killed loses the offsets committed in its
+/// last second: those messages are read again).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Duplicates {
+    pub forced: u64,
+    pub unforced: u64,
+}
+
+/// `initial`: the workers that ran before the soak's load began, whose
+/// first sample is their baseline (their counters hold the capacity
+/// measurement's). Any other worker started during the soak, from 0.
+/// `forced_windows`: (from s, to s) of each kill and the time its effects
+/// take to pass.
+pub fn duplicates(samples: &[Sample], initial: &[String], forced_windows: &[(f64, f64)]) -> Duplicates {
+    let mut counted = Duplicates::default();
+    for (name, series) in by_worker(samples) {
+        let Some(first) = series.first() else { continue };
+        let mut previous =
+            if initial.contains(&name) { (first.at_s, first.duplicate_answers) } else { (f64::NEG_INFINITY, 0.0) };
+        for sample in &series {
+            // A counter that went down is a new process counting from 0.
+            let grown = if sample.duplicate_answers >= previous.1 {
+                sample.duplicate_answers - previous.1
+            } else {
+                sample.duplicate_answers
+            };
+            let forced = forced_windows.iter().any(|&(from, to)| previous.0 < to && sample.at_s >= from);
+            let grown = grown.round() as u64;
+            if forced {
+                counted.forced += grown;
+            } else {
+                counted.unforced += grown;
+            }
+            previous = (sample.at_s, sample.duplicate_answers);
+        }
+    }
+    counted
 }
 
 /// Workers whose process restarted during the soak (its start time moved).
@@ -143,15 +179,26 @@ fleet_model_version{model=\"minilm\"} 2
     }
 
     #[test]
-    fn duplicates_sum_each_worker_s_last_count_and_a_moved_start_time_is_a_restart() {
+    fn duplicates_count_each_worker_s_growth_and_a_moved_start_time_is_a_restart() {
         let at = |t: f64, worker: &str, duplicates: f64, started: f64| Sample {
             duplicate_answers: duplicates,
             started_s: started,
             ..Sample::from_scrape(t, worker, "")
         };
-        let samples =
-            [at(0.0, "a", 0.0, 100.0), at(0.0, "b", 1.0, 200.0), at(10.0, "a", 2.0, 100.0), at(10.0, "b", 0.0, 260.0)];
-        assert_eq!(duplicate_answers(&samples), 2.0);
+        let samples = [
+            at(0.0, "a", 5.0, 100.0),
+            at(0.0, "b", 1.0, 200.0),
+            at(10.0, "a", 7.0, 100.0),
+            at(10.0, "b", 0.0, 260.0),
+            at(20.0, "a", 10.0, 100.0),
+            at(20.0, "b", 4.0, 260.0),
+        ];
+        // a: 5 before the soak (its baseline), 2 then 3 during it. b
+        // joined: 1 counted; then restarted at 0, and 4 more.
+        let initial = ["a".to_owned()];
+        assert_eq!(duplicates(&samples, &initial, &[]), Duplicates { forced: 0, unforced: 10 });
+        // A kill's window from 12 to 15 s touches the stretch 10..20 s.
+        assert_eq!(duplicates(&samples, &initial, &[(12.0, 15.0)]), Duplicates { forced: 7, unforced: 3 });
         assert_eq!(restarted(&samples), ["b"]);
         assert_eq!(by_worker(&samples).iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
     }

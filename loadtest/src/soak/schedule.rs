@@ -10,9 +10,6 @@
 //! [`crate::profile`]. Pure: the same configuration and seed always give the
 //! same plan and the same arrival times.
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
 /// One kind of fault a soak injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
@@ -195,32 +192,20 @@ pub fn expected_arrivals(base: f64, factor: f64, plan: &[Planned], duration_s: f
 pub fn arrivals(base: f64, factor: f64, plan: &[Planned], duration_s: f64, seed: u64, max: usize) -> Vec<f64> {
     let windows = burst_windows(plan);
     let peak = if windows.is_empty() { base } else { base.max(base * factor) };
-    let mut times = Vec::new();
-    if !peak.is_finite() || peak <= 0.0 {
-        return times;
-    }
-    let mut rng = StdRng::seed_from_u64(seed);
     // Times only grow, so the bursts already over are never looked at again:
     // a days-long run does not scan the whole plan for every arrival.
     let mut next_window = 0;
-    let mut t = 0.0;
-    while times.len() < max {
-        // Exponential gap at the peak rate: -ln(U) / peak, U in (0, 1].
-        let u: f64 = 1.0 - rng.random::<f64>();
-        t += -u.ln() / peak;
-        if t >= duration_s {
-            break;
-        }
+    crate::profile::thinned(peak, duration_s, seed, max, |t| {
         while windows.get(next_window).is_some_and(|&(_, to)| to <= t) {
             next_window += 1;
         }
         let in_burst = windows.get(next_window).is_some_and(|&(from, _)| from <= t);
-        let rate = if in_burst { base * factor } else { base };
-        if rng.random::<f64>() * peak <= rate {
-            times.push(t);
+        if in_burst {
+            base * factor
+        } else {
+            base
         }
-    }
-    times
+    })
 }
 
 /// The bursts of `plan` as disjoint `[from, to)` windows, sorted, overlapping

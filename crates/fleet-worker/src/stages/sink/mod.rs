@@ -21,5 +21,5 @@ pub mod results;
 mod stage;
 
 pub use dead_letters::{DeadLetters, LocalRecord};
-pub use results::ResultSink;
+pub use results::{Attempt, ResultSink};
 pub use stage::SinkStage;

@@ -28,6 +28,13 @@ redis.call('EXPIRE', KEYS[2], ARGV[3])
 return fresh
 ";
 
+/// Whether answers are written for the first time or again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    First,
+    Retry,
+}
+
 pub struct ResultSink {
     conn: Connection,
     namespace: Namespace,
@@ -88,8 +95,10 @@ impl ResultSink {
     /// was computed: one result per answer (a Redis that cannot be reached
     /// fails each with a connection error). A feature-cache
     /// entry that cannot be stored costs a later hit, never the answer: its
-    /// failure is logged, not returned.
-    pub async fn write(&mut self, finished: &[Finished]) -> Vec<Result<(), redis::RedisError>> {
+    /// failure is logged, not returned. `attempt`: a retry may find its own
+    /// earlier try landed (a timeout after Redis wrote it), which is no
+    /// duplicate.
+    pub async fn write(&mut self, finished: &[Finished], attempt: Attempt) -> Vec<Result<(), redis::RedisError>> {
         let answers = finished.iter().map(|f| {
             let mut conn = self.conn.clone();
             let write = redis::cmd("EVAL")
@@ -103,11 +112,11 @@ impl ResultSink {
                 .to_owned();
             async move {
                 // 0: the request already had this model's answer, which
-                // stays (HSETNX): a message read twice (a rebalance, a
-                // replay, a restart) or a retried write whose first try
-                // landed. The ledger a soak keeps counts these.
+                // stays (HSETNX). On a first try that is a message read
+                // twice (a rebalance, a replay, a restart): work done
+                // twice, which the ledger a soak keeps counts.
                 let fresh = write.query_async::<i64>(&mut conn).await?;
-                if fresh == 0 {
+                if fresh == 0 && attempt == Attempt::First {
                     metrics::counter!(crate::metrics::DUPLICATE_ANSWERS_TOTAL).increment(1);
                 }
                 Ok(())

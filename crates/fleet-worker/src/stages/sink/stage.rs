@@ -9,7 +9,7 @@
 
 use super::dead_letters::{DeadLetters, LocalRecord};
 use super::failure::{kafka_action, redis_error_class, FailureClass, KafkaAction};
-use super::results::ResultSink;
+use super::results::{Attempt, ResultSink};
 use crate::job::{DeadLetter, Finished, SinkItem, ANSWER_UNWRITABLE};
 use crate::metrics::{DLQ_LOCAL_TOTAL, DLQ_TOTAL, E2E_SECONDS, ERRORS_TOTAL, REQUESTS_TOTAL, SINK_FAILURES_TOTAL};
 use crate::stages::source::Committer;
@@ -106,8 +106,10 @@ impl AnswerLane {
     /// lane is gone.
     async fn write(&mut self, mut pending: Vec<Finished>) -> bool {
         let mut backoff = Backoff::new();
+        let mut attempt = Attempt::First;
         loop {
-            let outcomes = self.results.write(&pending).await;
+            let outcomes = self.results.write(&pending, attempt).await;
+            attempt = Attempt::Retry;
             let mut retry = Vec::new();
             let mut worst: Option<(FailureClass, String)> = None;
             for (finished, outcome) in pending.into_iter().zip(outcomes) {
