@@ -186,12 +186,6 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
 
     let samples = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let loads = async {
-        let outcomes = tokio::join!(runner::run(texts), runner::run(images));
-        let _ = stop.send(true);
-        outcomes
-    };
     let mut faults = Faults {
         start,
         roster: &roster,
@@ -204,11 +198,8 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
         joiners: 0,
         joiner: None,
     };
-    let ((texts, images), injected, deaths) = tokio::join!(
-        loads,
-        inject(&load.plan, start, &mut faults),
-        sample(&roster, &samples, start, load.sample_every, stopped)
-    );
+    let (texts, images, injected, deaths) =
+        soak_while_loaded(texts, images, load, start, &mut faults, &roster, &samples).await;
     let (texts, images) = (texts?, images?);
     // The last look at every worker, then each drains and leaves.
     let mut deaths = deaths;
@@ -395,6 +386,32 @@ impl Targets for Addresses {
 }
 
 type Samples = Arc<Mutex<Vec<Sample>>>;
+
+/// The two loads, the faults at their times and the sampler, at once,
+/// until both loads have ended: the loads' outcomes, the faults as
+/// injected, and the workers lost.
+async fn soak_while_loaded(
+    texts: RunConfig,
+    images: RunConfig,
+    load: &SoakLoad,
+    start: Instant,
+    injector: &mut impl Injector,
+    targets: &impl Targets,
+    samples: &Samples,
+) -> (Result<RunOutcome>, Result<RunOutcome>, Vec<Injected>, Vec<String>) {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let loads = async {
+        let outcomes = tokio::join!(runner::run(texts), runner::run(images));
+        let _ = stop.send(true);
+        outcomes
+    };
+    let ((texts, images), injected, deaths) = tokio::join!(
+        loads,
+        inject(&load.plan, start, injector),
+        sample(targets, samples, start, load.sample_every, stopped)
+    );
+    (texts, images, injected, deaths)
+}
 
 /// Samples in a row a worker may miss before the report names it: a
 /// staging worker whose pod died (its port-forward answers nothing) must
@@ -716,18 +733,9 @@ pub async fn run_staging(config: StagingConfig) -> Result<SoakOutcome> {
     let targets = Addresses(config.workers.clone());
     let samples = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let loads = async {
-        let outcomes = tokio::join!(runner::run(texts), runner::run(images));
-        let _ = stop.send(true);
-        outcomes
-    };
     let mut commands = Commands { commands: &config.commands, burst_factor: load.burst_factor };
-    let ((texts, images), injected, deaths) = tokio::join!(
-        loads,
-        inject(&load.plan, start, &mut commands),
-        sample(&targets, &samples, start, load.sample_every, stopped)
-    );
+    let (texts, images, injected, deaths) =
+        soak_while_loaded(texts, images, load, start, &mut commands, &targets, &samples).await;
     let (_, answered) = sample_once(&targets, &samples, start).await;
     let mut deaths = deaths;
     deaths.extend(
