@@ -123,13 +123,18 @@ mod tests {
 
     proptest! {
         /// Over any run of contested turns, bulk's share is the configured
-        /// one (within one turn), and bulk is never starved.
+        /// one (within one turn, plus what holding the share in millionths
+        /// can shift it: half a millionth per turn), and bulk is never starved.
         #[test]
         fn bulk_keeps_its_share_when_both_wait(share in 0.01f64..0.9, turns in 1usize..2000) {
             let mut lanes = LaneShare::new(share);
             let bulk = (0..turns).filter(|_| lanes.pick(true, true) == Some(Lane::Bulk)).count();
             let expected = share * turns as f64;
-            prop_assert!((bulk as f64 - expected).abs() <= 1.0, "{bulk} of {turns} at {share}");
+            let resolution = 0.5 / WHOLE_PPM as f64 * turns as f64;
+            prop_assert!(
+                (bulk as f64 - expected).abs() <= 1.0 + resolution,
+                "{bulk} of {turns} at {share}"
+            );
         }
     }
 }
