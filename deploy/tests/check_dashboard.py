@@ -59,6 +59,7 @@ EXPORTED = {
     "fleet_kafka_fetch_queue_messages", "fleet_kafka_fetch_queue_bytes",
     "fleet_kafka_reply_queue_ops", "fleet_kafka_rebalances_total",
     "process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "process_threads",
+    "fleet_heap_in_use_bytes",
     # Producers (fleet-producer's admission), when they serve metrics.
     "fleet_admission_refused_total", "fleet_admission_predicted_wait_seconds",
 }

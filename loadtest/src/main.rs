@@ -141,6 +141,10 @@ struct SoakArgs {
     /// set). Faults without one are left out; bursts need none.
     #[arg(long = "fault-command", value_parser = loadtest::soak::run::FaultCommands::parse_one)]
     fault_commands: Vec<(loadtest::soak::schedule::Fault, String)>,
+    /// --staging: how long a fault's command may run beyond the fault's own
+    /// length before it is killed and the fault counted as not injected.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    fault_command_timeout: Duration,
 }
 
 /// `NAME=HOST:PORT`, the host resolved now.
@@ -756,7 +760,10 @@ async fn soak(args: SoakArgs) -> Result<()> {
         burst_factor: args.burst_factor,
         sample_every: args.sample_every,
         seed: args.seed,
+        samples_file: Some(dir.join("samples.csv")),
     };
+    // Samples are written here as they are taken.
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let outcome = if args.staging {
         if args.workers.is_empty() {
             bail!("--staging needs at least one --worker NAME=HOST:PORT to sample");
@@ -784,6 +791,7 @@ async fn soak(args: SoakArgs) -> Result<()> {
             image_rate: args.image_rate.unwrap_or_default(),
             workers: args.workers.clone(),
             commands,
+            command_timeout: args.fault_command_timeout,
         })
         .await?
     } else {

@@ -37,6 +37,7 @@ async fn a_short_soak_with_every_fault_once_keeps_its_books() {
     let corpus = std::fs::read_to_string(repo_path("scripts/demo-sentences.txt")).unwrap();
     let binaries = Binaries::from_env().expect("fleet-worker (run make setup)");
     let dir = std::env::temp_dir().join(format!("fleet-soak-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let images = run::read_images(&binaries.model_repo.join("efficientnet_lite0/1/reference")).unwrap();
     let outcome = run::run(SoakConfig {
         binaries,
@@ -48,6 +49,7 @@ async fn a_short_soak_with_every_fault_once_keeps_its_books() {
             burst_factor: 10.0,
             sample_every: Duration::from_secs(5),
             seed: 34,
+            samples_file: Some(dir.join("samples.csv")),
         },
         capacity_fraction: 0.25,
         partitions: 4,
@@ -58,6 +60,9 @@ async fn a_short_soak_with_every_fault_once_keeps_its_books() {
     })
     .await
     .unwrap_or_else(|e| panic!("the soak: {e:#}"));
+    // Each sample was on disk as it was taken: a soak cut short keeps them.
+    let live = std::fs::read_to_string(dir.join("samples.csv")).unwrap();
+    assert_eq!(live.lines().count(), outcome.samples.len() + 1, "the header and a row per sample");
     let about = About {
         machine: "make test".into(),
         command: "tests/soak.rs".into(),

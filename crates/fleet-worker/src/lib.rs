@@ -25,11 +25,13 @@
 //! Beside the path: [`job`] (what travels between stages), [`versions`]
 //! (repository, lifecycle, the one load path, the watcher), [`status`]
 //! (probes, backlog and lag reports, drain rate, GPU memory), [`config`],
-//! [`metrics`], [`serving`] (the version answers are tagged with),
+//! [`metrics`], [`heap`] (the C heap's bytes in use, and its trim),
+//! [`serving`] (the version answers are tagged with),
 //! [`shutdown`] and [`guard`] (a panic stays one message's failure).
 
 pub mod config;
 pub mod guard;
+pub mod heap;
 pub mod job;
 pub mod metrics;
 pub mod serving;

@@ -229,6 +229,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         shutdown: reporting,
     };
     let reporter = tokio::spawn(reporter.run());
+    let heap_trim = (!args.heap_trim_interval.is_zero()).then_some(args.heap_trim_interval);
+    let heap = tokio::spawn(crate::heap::keep_trimmed(heap_trim));
     // Set once the drain starts: a stage ending after it is not a failure.
     let stopping = Arc::new(AtomicBool::new(false));
     let sink = SinkStage {
@@ -316,6 +318,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     watching.abort();
     let _ = watching.await;
     cancel_watching.abort();
+    heap.abort();
     let drain = async {
         let ended = match ended_early {
             Some(ended) => ended,

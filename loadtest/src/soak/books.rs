@@ -63,11 +63,14 @@ pub fn total(books: &BTreeMap<(String, i32), PartitionBooks>) -> PartitionBooks 
     })
 }
 
+/// (interval start s, value) for each interval that has one.
+pub type IntervalSeries = Vec<(f64, f64)>;
+
 /// p50 and p99 (ms) of the `ok` answers seen in each `interval_s` interval
 /// with at least one: (interval start s, ms) each. Exact (nearest rank) from
 /// each interval's latencies: a histogram per interval would cost ~190 KB
 /// each, hundreds of MB over a day.
-pub fn latency_by_interval(records: &[Record], interval_s: f64) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+pub fn latency_by_interval(records: &[Record], interval_s: f64) -> (IntervalSeries, IntervalSeries) {
     let mut intervals: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for record in records.iter().filter(|r| r.outcome == Outcome::Ok) {
         let (Some(at), Some(ms)) = (record.answered_s, record.e2e_ms) else { continue };

@@ -46,7 +46,10 @@ impl Judged {
 /// Judges the soak and writes its folder.
 pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let judged = judge(about, outcome);
+    // Each model's p50 and p99 per interval: the CSV, the plot and the verdict's.
+    let latency = [(&outcome.text_model, &outcome.texts), (&outcome.image_model, &outcome.images)]
+        .map(|(model, run)| (model, books::latency_by_interval(&run.records, about.interval_s)));
+    let judged = judge(about, outcome, &latency.each_ref().map(|(_, (_, p99))| p99.as_slice()));
 
     let mut csv = String::from(CSV_HEADER);
     csv.push('\n');
@@ -63,22 +66,22 @@ pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged>
         .collect();
     plot::rss(&dir.join("rss.png"), "worker memory (RSS)", &rss, &faults)
         .map_err(|e| anyhow::anyhow!("plotting RSS: {e}"))?;
-    for (model, run) in [(&outcome.text_model, &outcome.texts), (&outcome.image_model, &outcome.images)] {
-        let (p50, p99) = books::latency_by_interval(&run.records, about.interval_s);
+    for (model, (p50, p99)) in &latency {
         let mut csv = String::from("interval_start_s,p50_ms,p99_ms\n");
-        for (&(t, p50), &(_, p99)) in p50.iter().zip(&p99) {
+        for (&(t, p50), &(_, p99)) in p50.iter().zip(p99.iter()) {
             let _ = writeln!(csv, "{t:.0},{p50:.1},{p99:.1}");
         }
         std::fs::write(dir.join(format!("latency-{model}.csv")), csv)?;
         let title = format!("{model}: end-to-end latency of ok answers per {:.0} s", about.interval_s);
-        plot::latency(&dir.join(format!("latency-{model}.png")), &title, &p50, &p99, &faults)
+        plot::latency(&dir.join(format!("latency-{model}.png")), &title, p50, p99, &faults)
             .map_err(|e| anyhow::anyhow!("plotting {model}'s latency: {e}"))?;
     }
     std::fs::write(dir.join("report.md"), markdown(about, outcome, &judged))?;
     Ok(judged)
 }
 
-fn judge(about: &About, outcome: &SoakOutcome) -> Judged {
+/// `p99s`: each model's p99 per interval.
+fn judge(about: &About, outcome: &SoakOutcome, p99s: &[&[(f64, f64)]]) -> Judged {
     let budgets = Budgets::default();
     let partitions = partition_books(outcome);
     let total = books::total(&partitions);
@@ -90,10 +93,9 @@ fn judge(about: &About, outcome: &SoakOutcome) -> Judged {
         })
         .collect();
     let mut recoveries = Vec::new();
-    for run in [&outcome.texts, &outcome.images] {
-        let (_, p99) = books::latency_by_interval(&run.records, about.interval_s);
+    for p99 in p99s {
         for fault in &outcome.faults {
-            recoveries.push(verdict::recovery(&p99, &fault.as_happened(), &budgets, about.interval_s));
+            recoveries.push(verdict::recovery(p99, &fault.as_happened(), &budgets, about.interval_s));
         }
     }
     let dlq = outcome.texts.ledger.dlq + outcome.images.ledger.dlq;
@@ -150,6 +152,16 @@ fn partition_books(outcome: &SoakOutcome) -> std::collections::BTreeMap<(String,
         (outcome.text_model.as_str(), outcome.texts.records.as_slice()),
         (outcome.image_model.as_str(), outcome.images.records.as_slice()),
     ])
+}
+
+/// A worker's heap in use at its first and last sample with a figure;
+/// "-" from workers that do not export it.
+fn heap_in_use(series: &[&super::samples::Sample]) -> String {
+    let mut known = series.iter().map(|s| s.heap_in_use_bytes).filter(|&bytes| bytes > 0.0);
+    match (known.next(), known.next_back()) {
+        (Some(first), last) => format!("{:.0} → {:.0}", mib(first), mib(last.unwrap_or(first))),
+        (None, _) => "-".to_owned(),
+    }
 }
 
 fn mib(bytes: f64) -> f64 {
@@ -250,19 +262,30 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     );
 
     let _ = writeln!(md, "## Memory\n\n![RSS](rss.png)\n");
-    let _ = writeln!(md, "| worker | first MiB | last MiB | peak MiB | growth after warm-up, %/h |");
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        md,
+        "| worker | first MiB | last MiB | peak MiB | growth after warm-up, %/h | heap in use, first → last MiB |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let workers = samples::by_worker(&outcome.samples);
     for w in &judged.verdict.memory {
         let growth = w.growth_pct_per_hour.map_or_else(|| "too short to say".to_owned(), |g| format!("{g:+.2}"));
+        let heap = workers.iter().find(|(name, _)| *name == w.worker).map(|(_, series)| heap_in_use(series));
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.0} | {:.0} | {growth} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {growth} | {} |",
             w.worker,
             mib(w.first_bytes),
             mib(w.last_bytes),
-            mib(w.peak_bytes)
+            mib(w.peak_bytes),
+            heap.unwrap_or_else(|| "-".to_owned())
         );
     }
+    let _ = writeln!(
+        md,
+        "\nRSS that grows while the heap's bytes in use stay flat is the allocator keeping freed memory \
+         (`--heap-trim-interval` hands it back), not a leak; a leak grows what is in use."
+    );
 
     let _ = writeln!(md, "\n## Latency after each fault\n");
     for model in [&outcome.text_model, &outcome.image_model] {

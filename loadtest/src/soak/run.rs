@@ -47,6 +47,10 @@ pub struct SoakLoad {
     pub burst_factor: f64,
     pub sample_every: Duration,
     pub seed: u64,
+    /// Where each sample is appended as it is taken (CSV), so a soak cut
+    /// short (Ctrl-C, a lost session) keeps what it saw; `None`: only in
+    /// memory, for the report.
+    pub samples_file: Option<PathBuf>,
 }
 
 impl SoakLoad {
@@ -184,7 +188,7 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
         ..local(&image_model, image_rate, load.duration, format!("soak-i-{run_id}"))?
     };
 
-    let samples = Arc::new(Mutex::new(Vec::new()));
+    let samples = Samples::new(load.samples_file.as_deref())?;
     let start = Instant::now();
     let mut faults = Faults {
         start,
@@ -212,7 +216,7 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
     // The broker lets go of its database before the database goes.
     drop(faults);
     drop(database);
-    let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
+    let samples = samples.take();
     Ok(SoakOutcome {
         text_model: TEXT_MODEL.to_owned(),
         image_model: IMAGE_MODEL.to_owned(),
@@ -385,7 +389,56 @@ impl Targets for Addresses {
     }
 }
 
-type Samples = Arc<Mutex<Vec<Sample>>>;
+/// Every sample taken: in memory for the report, and appended to the
+/// soak's samples file as it is taken.
+#[derive(Clone)]
+struct Samples(Arc<Mutex<SampleLog>>);
+
+struct SampleLog {
+    taken: Vec<Sample>,
+    /// Line-buffered, so each row is on disk once written; dropped (and
+    /// said once) if a write fails: the soak goes on in memory.
+    file: Option<(PathBuf, std::io::LineWriter<std::fs::File>)>,
+}
+
+impl Samples {
+    /// Starts the file at `path` (its header now) where there is one.
+    fn new(path: Option<&Path>) -> Result<Self> {
+        let file = match path {
+            Some(path) => {
+                use std::io::Write as _;
+                let mut file = std::io::LineWriter::new(
+                    std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+                );
+                writeln!(file, "{}", super::samples::CSV_HEADER)?;
+                Some((path.to_owned(), file))
+            }
+            None => None,
+        };
+        Ok(Self(Arc::new(Mutex::new(SampleLog { taken: Vec::new(), file }))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SampleLog> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, sample: Sample) {
+        use std::io::Write as _;
+        let mut log = self.lock();
+        if let Some((path, file)) = &mut log.file {
+            if let Err(e) = writeln!(file, "{}", sample.csv_row()) {
+                tracing::warn!(path = %path.display(), error = %e, "samples are kept in memory only from now on");
+                log.file = None;
+            }
+        }
+        log.taken.push(sample);
+    }
+
+    /// Every sample taken so far, in the order taken.
+    fn take(&self) -> Vec<Sample> {
+        std::mem::take(&mut self.lock().taken)
+    }
+}
 
 /// The two loads, the faults at their times and the sampler, at once,
 /// until both loads have ended: the loads' outcomes, the faults as
@@ -461,7 +514,7 @@ async fn sample_once(roster: &impl Targets, samples: &Samples, start: Instant) -
         let sample = scrape(&name, addr, start).await;
         answered.push((name, sample.is_some()));
         if let Some(sample) = sample {
-            samples.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
+            samples.push(sample);
         }
     }
     (dead, answered)
@@ -571,7 +624,7 @@ impl Injector for Faults<'_> {
                 let mut worker = self.roster.take(&name).with_context(|| format!("{name} is not running"))?;
                 // Its counters end with it: the last look first.
                 if let Some(sample) = scrape(&name, worker.metrics, self.start).await {
-                    self.samples.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
+                    self.samples.push(sample);
                 }
                 tokio::task::spawn_blocking(move || worker.stop()).await??;
                 format!("{name} sent SIGTERM: drained and left")
@@ -621,6 +674,9 @@ pub struct StagingConfig {
     /// Each worker's name and metrics address (host:port of its /metrics).
     pub workers: Vec<(String, SocketAddr)>,
     pub commands: FaultCommands,
+    /// How long a fault's command may run beyond the fault's own length
+    /// before it is killed and the fault counted as not injected.
+    pub command_timeout: Duration,
 }
 
 /// The operator's command for each fault (run with `sh -c`); the burst
@@ -657,15 +713,22 @@ impl FaultCommands {
 
     /// Runs the fault's command; its status and last line of output are
     /// the note. Lasting faults (a broker restart, a Redis freeze) are the
-    /// command's to undo: the soak only waits for it to return.
-    async fn run(&self, planned: &Planned) -> Result<String> {
+    /// command's to undo: the soak waits for it to return, for the fault's
+    /// length and `timeout` more at most (a hung `kubectl` must not hold
+    /// the faults after it); then its shell is killed and the fault is not
+    /// injected. The kill undoes nothing the command had started.
+    async fn run(&self, planned: &Planned, timeout: Duration) -> Result<String> {
         let command = self.of(planned.fault).with_context(|| format!("no command for {}", planned.fault.name()))?;
-        let output = tokio::process::Command::new("sh")
+        let limit = Duration::from_secs_f64(planned.lasts_s) + timeout;
+        let mut shell = tokio::process::Command::new("sh");
+        shell
             .args(["-c", command])
             .env("FLEET_SOAK_FAULT", planned.fault.name())
             .env("FLEET_SOAK_FAULT_SECONDS", format!("{:.0}", planned.lasts_s))
-            .output()
+            .kill_on_drop(true);
+        let output = tokio::time::timeout(limit, shell.output())
             .await
+            .map_err(|_| anyhow::anyhow!("`{command}` had not returned after {limit:?}: killed"))?
             .with_context(|| format!("running {command:?}"))?;
         let said = String::from_utf8_lossy(if output.stdout.is_empty() { &output.stderr } else { &output.stdout })
             .lines()
@@ -683,6 +746,7 @@ impl FaultCommands {
 struct Commands<'a> {
     commands: &'a FaultCommands,
     burst_factor: f64,
+    timeout: Duration,
 }
 
 impl Injector for Commands<'_> {
@@ -690,7 +754,7 @@ impl Injector for Commands<'_> {
         if planned.fault == Fault::Burst {
             return Ok(format!("{}x the offered rates for {:.0} s", self.burst_factor, planned.lasts_s));
         }
-        self.commands.run(planned).await
+        self.commands.run(planned, self.timeout).await
     }
 }
 
@@ -731,9 +795,10 @@ pub async fn run_staging(config: StagingConfig) -> Result<SoakOutcome> {
         ..offered(&config.image_model, config.image_rate, load.seed + 1, format!("soak-i-{run_id}"))
     };
     let targets = Addresses(config.workers.clone());
-    let samples = Arc::new(Mutex::new(Vec::new()));
+    let samples = Samples::new(load.samples_file.as_deref())?;
     let start = Instant::now();
-    let mut commands = Commands { commands: &config.commands, burst_factor: load.burst_factor };
+    let mut commands =
+        Commands { commands: &config.commands, burst_factor: load.burst_factor, timeout: config.command_timeout };
     let (texts, images, injected, deaths) =
         soak_while_loaded(texts, images, load, start, &mut commands, &targets, &samples).await;
     let (_, answered) = sample_once(&targets, &samples, start).await;
@@ -744,7 +809,7 @@ pub async fn run_staging(config: StagingConfig) -> Result<SoakOutcome> {
             .filter(|(_, answered)| !answered)
             .map(|(name, _)| format!("{name} did not answer /metrics at the end")),
     );
-    let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
+    let samples = samples.take();
     Ok(SoakOutcome {
         text_model: config.text_model.to_string(),
         image_model: config.image_model.to_string(),
@@ -785,5 +850,18 @@ mod tests {
             planned(Fault::Burst, 30.0),
         ]);
         assert_eq!(kept.iter().map(|p| p.fault).collect::<Vec<_>>(), [Fault::RedisFreeze, Fault::Burst]);
+    }
+
+    #[tokio::test]
+    async fn a_fault_command_says_what_it_did_and_one_that_hangs_is_killed() {
+        let commands = FaultCommands(vec![
+            (Fault::RedisFreeze, "echo froze for $FLEET_SOAK_FAULT_SECONDS s".into()),
+            (Fault::BrokerRestart, "exec sleep 600".into()),
+        ]);
+        let planned = |fault, lasts_s| Planned { fault, at_s: 0.0, lasts_s };
+        let note = commands.run(&planned(Fault::RedisFreeze, 5.0), Duration::from_secs(60)).await.unwrap();
+        assert!(note.ends_with(": froze for 5 s"), "{note}");
+        let hung = commands.run(&planned(Fault::BrokerRestart, 0.0), Duration::from_millis(300)).await.unwrap_err();
+        assert!(format!("{hung:#}").contains("had not returned"), "{hung:#}");
     }
 }

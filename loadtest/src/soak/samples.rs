@@ -27,11 +27,15 @@ pub struct Sample {
     pub load_failures: f64,
     /// When the process started (Unix s): a change is a restart.
     pub started_s: f64,
+    /// What the C heap has handed out and not had back (0 from a worker
+    /// that does not export it): flat while RSS grows is the allocator
+    /// keeping freed memory, not a leak.
+    pub heap_in_use_bytes: f64,
 }
 
 /// The columns of samples.csv, in [`Sample::csv_row`]'s order.
 pub const CSV_HEADER: &str = "at_s,worker,rss_bytes,cpu_seconds,open_fds,threads,in_flight,prefetch_bytes,\
-prefetch_messages,reply_queue,rebalances,answers,duplicate_answers,model_version,load_failures,started_s";
+prefetch_messages,reply_queue,rebalances,answers,duplicate_answers,model_version,load_failures,started_s,heap_in_use_bytes";
 
 impl Sample {
     pub fn from_scrape(at_s: f64, worker: &str, scrape: &str) -> Self {
@@ -53,12 +57,13 @@ impl Sample {
             model_version: value("fleet_model_version"),
             load_failures: value("fleet_model_load_failures_total"),
             started_s: value("process_start_time_seconds"),
+            heap_in_use_bytes: value("fleet_heap_in_use_bytes"),
         }
     }
 
     pub fn csv_row(&self) -> String {
         format!(
-            "{:.1},{},{:.0},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0}",
+            "{:.1},{},{:.0},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0}",
             self.at_s,
             self.worker,
             self.rss_bytes,
@@ -74,7 +79,8 @@ impl Sample {
             self.duplicate_answers,
             self.model_version,
             self.load_failures,
-            self.started_s
+            self.started_s,
+            self.heap_in_use_bytes
         )
     }
 }
@@ -167,6 +173,7 @@ fleet_requests_total{model=\"minilm\",status=\"ok\",lane=\"interactive\"} 90
 fleet_requests_total{model=\"minilm\",status=\"expired\",lane=\"interactive\"} 10
 fleet_duplicate_answers_total{model=\"minilm\"} 3
 fleet_model_version{model=\"minilm\"} 2
+fleet_heap_in_use_bytes{model=\"minilm\"} 400000000
 ";
 
     #[test]
@@ -175,6 +182,7 @@ fleet_model_version{model=\"minilm\"} 2
         assert_eq!((s.rss_bytes, s.cpu_seconds, s.open_fds, s.threads), (6e8, 12.5, 40.0, 20.0));
         assert_eq!((s.in_flight, s.prefetch_bytes, s.rebalances), (8.0, 1500.0, 4.0));
         assert_eq!((s.answers, s.duplicate_answers, s.model_version), (100.0, 3.0, 2.0));
+        assert_eq!(s.heap_in_use_bytes, 4e8);
         assert_eq!(s.csv_row().split(',').count(), CSV_HEADER.split(',').count());
     }
 

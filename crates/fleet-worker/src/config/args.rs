@@ -126,6 +126,12 @@ pub struct WorkerArgs {
     /// How often the model repository is checked for a new version or pin.
     #[arg(long, env = "FLEET_MODEL_POLL_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub model_poll_interval: std::time::Duration,
+    /// How often the C heap's free pages are handed back to the kernel
+    /// (malloc_trim): batches of ever new shapes leave glibc's arenas
+    /// holding freed memory, and RSS grows without a leak (docs/soak.md).
+    /// 0s: never (fleet_heap_in_use_bytes is still read every 30 s).
+    #[arg(long, env = "FLEET_HEAP_TRIM_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub heap_trim_interval: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

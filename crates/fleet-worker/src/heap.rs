@@ -1,0 +1,123 @@
+//! The C heap (glibc's malloc), where libtorch's tensors live: what it
+//! holds in use, as a gauge, and a trim on a period that hands the pages
+//! it holds free back to the kernel.
+//!
+//! Why: in a two-hour soak (docs/soak.md) a text worker's RSS climbed in
+//! steps, at model swaps and bursts, from 750 to 1 650 MiB, while the
+//! bytes its heap held *in use* stayed nearly flat (glibc's own counters,
+//! read with gdb at 17, 27 and 62 minutes: 725, 724 and 758 MB in use against
+//! 988, 1 133 and 1 351 MB taken from the kernel). Not a leak: freed
+//! memory kept in the allocator's arenas. Nearly every batch has a shape
+//! of its own (rows × its longest text), so its tensors have sizes of
+//! their own; freed blocks seldom fit the next request whole, pile up as
+//! fragments, and glibc gives memory back only from the top of a heap.
+//! `malloc_trim(0)` also releases the free pages inside every arena, a
+//! few milliseconds with each arena locked in turn.
+//!
+//! `fleet_heap_in_use_bytes` tells an operator which it is when RSS grows:
+//! a leak grows what is in use; retention grows only RSS.
+
+use crate::metrics::{HEAP_IN_USE_BYTES, HEAP_TRIMMED_BYTES_TOTAL};
+use std::time::Duration;
+
+/// How often the figures are read when trimming is off.
+const FIGURES_EVERY: Duration = Duration::from_secs(30);
+
+/// Every `trim_every` (or every 30 s without a trim when `None`): the
+/// heap's bytes in use to the gauge, then the trim and what it released.
+/// Runs until aborted.
+pub async fn keep_trimmed(trim_every: Option<Duration>) {
+    let mut tick = tokio::time::interval(trim_every.unwrap_or(FIGURES_EVERY));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: the figures are there from the first scrape.
+    loop {
+        tick.tick().await;
+        let trim = trim_every.is_some();
+        match tokio::task::spawn_blocking(move || look_and_trim(trim)).await {
+            Ok(Some(released)) => {
+                metrics::counter!(HEAP_TRIMMED_BYTES_TOTAL).increment(released);
+                tracing::debug!(released_bytes = released, "heap trimmed");
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "the heap figures could not be read"),
+        }
+    }
+}
+
+/// Sets the gauge; with `trim`, trims and returns the resident bytes that
+/// went back to the kernel.
+fn look_and_trim(trim: bool) -> Option<u64> {
+    if let Some(in_use) = in_use_bytes() {
+        metrics::gauge!(HEAP_IN_USE_BYTES).set(in_use as f64);
+    }
+    if !trim {
+        return None;
+    }
+    let before = resident_bytes()?;
+    release_free_pages();
+    let after = resident_bytes()?;
+    Some(before.saturating_sub(after))
+}
+
+/// Bytes handed out by malloc and not freed: in the arenas and in blocks
+/// of their own (mmap).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn in_use_bytes() -> Option<u64> {
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    let info = unsafe { libc::mallinfo2() };
+    Some((info.uordblks + info.hblkhd) as u64)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn in_use_bytes() -> Option<u64> {
+    None
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_pages() {
+    // SAFETY: malloc_trim only returns free pages to the kernel; it is
+    // thread-safe (each arena is locked while it is trimmed).
+    unsafe { libc::malloc_trim(0) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_pages() {}
+
+/// The process's resident bytes (`/proc/self/statm`, pages × page size).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).ok().map(|page| pages * page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn what_is_allocated_counts_as_in_use_until_freed() {
+        // 256 MiB, judged to half of it: other tests allocate and free
+        // beside this one, never that much. Zeroed, so no page is touched.
+        const BLOCK: u64 = 256 << 20;
+        let before = in_use_bytes().unwrap();
+        // black_box: an allocation nothing reads may be optimised away.
+        let block = std::hint::black_box(vec![0u8; BLOCK as usize]);
+        let holding = in_use_bytes().unwrap();
+        assert!(holding >= before + BLOCK / 2, "{before} then {holding} bytes in use");
+        drop(block);
+        let after = in_use_bytes().unwrap();
+        assert!(after + BLOCK / 2 <= holding, "{holding} then {after} bytes in use");
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn a_trim_reports_what_it_released_and_keeps_what_is_in_use() {
+        let kept = vec![7u8; 8 << 20];
+        assert!(look_and_trim(true).is_some());
+        assert!(kept.iter().all(|&b| b == 7));
+        assert_eq!(look_and_trim(false), None);
+    }
+}
