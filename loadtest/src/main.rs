@@ -52,7 +52,7 @@ enum Command {
     /// Hours of steady texts and images on a fleet started here, with
     /// faults on a schedule; a report (memory, latency, ledger per
     /// partition) and a verdict against budgets.
-    Soak(SoakArgs),
+    Soak(Box<SoakArgs>),
 }
 
 #[derive(Args)]
@@ -599,7 +599,7 @@ async fn execute(command: Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Soak(args) => soak(args).await,
+        Command::Soak(args) => soak(*args).await,
         Command::Admission(args) => {
             let bench = AdmissionBench {
                 binaries: Binaries::from_env()?,
