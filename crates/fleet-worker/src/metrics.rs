@@ -102,9 +102,11 @@ pub const KAFKA_FETCH_QUEUE_MESSAGES: &str = "fleet_kafka_fetch_queue_messages";
 pub const KAFKA_FETCH_QUEUE_BYTES: &str = "fleet_kafka_fetch_queue_bytes";
 pub const KAFKA_REPLY_QUEUE: &str = "fleet_kafka_reply_queue_ops";
 pub const KAFKA_REBALANCES_TOTAL: &str = "fleet_kafka_rebalances_total";
-/// The C heap (heap.rs): bytes in use, and resident bytes trims released.
+/// The C heap (heap.rs): bytes in use, resident bytes trims released and
+/// the time they took.
 pub const HEAP_IN_USE_BYTES: &str = "fleet_heap_in_use_bytes";
 pub const HEAP_TRIMMED_BYTES_TOTAL: &str = "fleet_heap_trimmed_bytes_total";
+pub const HEAP_TRIM_SECONDS: &str = "fleet_heap_trim_seconds";
 
 const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
@@ -228,6 +230,11 @@ pub fn register(labels: &SeriesLabels) {
         Unit::Bytes,
         "Resident bytes the periodic heap trim (--heap-trim-interval) gave back to the kernel"
     );
+    describe_histogram!(
+        HEAP_TRIM_SECONDS,
+        Unit::Seconds,
+        "How long each periodic heap trim took, each arena locked in turn: the sum's share of wall time bounds its cost"
+    );
     fleet_ops::probe::describe();
 
     for lane in Lane::ALL.map(Lane::as_str) {
@@ -283,9 +290,15 @@ pub fn register(labels: &SeriesLabels) {
     gauge!(IMAGE_DECODE_BYTES_IN_USE).set(0.0);
     gauge!(HEAP_IN_USE_BYTES).set(0.0);
     // A histogram handle registers the series; it renders with zero counts.
-    for name in
-        [BATCH_SIZE, BATCH_TOKENS, PADDING_EFFICIENCY, QUEUE_WAIT_SECONDS, INFERENCE_SECONDS, CACHE_SAVED_SECONDS]
-    {
+    for name in [
+        BATCH_SIZE,
+        BATCH_TOKENS,
+        PADDING_EFFICIENCY,
+        QUEUE_WAIT_SECONDS,
+        INFERENCE_SECONDS,
+        CACHE_SAVED_SECONDS,
+        HEAP_TRIM_SECONDS,
+    ] {
         let _ = histogram!(name);
     }
 }
