@@ -114,10 +114,19 @@ impl ResultSink {
                 // 0: the request already had this model's answer, which
                 // stays (HSETNX). On a first try that is a message read
                 // twice (a rebalance, a replay, a restart): work done
-                // twice, which the ledger a soak keeps counts.
+                // twice, which the ledger a soak keeps counts. The log
+                // names the message, so a duplicate no fault explains can
+                // be traced to its partition and offset.
                 let fresh = write.query_async::<i64>(&mut conn).await?;
                 if fresh == 0 && attempt == Attempt::First {
                     metrics::counter!(crate::metrics::DUPLICATE_ANSWERS_TOTAL).increment(1);
+                    tracing::info!(
+                        id = %f.id,
+                        lane = %f.position.lane,
+                        partition = f.position.partition,
+                        offset = f.position.offset,
+                        "answered before: this message was computed a second time"
+                    );
                 }
                 Ok(())
             }
