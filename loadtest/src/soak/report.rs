@@ -164,6 +164,19 @@ fn heap_in_use(series: &[&super::samples::Sample]) -> String {
     }
 }
 
+/// The share of a worker's sampled time its heap trims took, in percent:
+/// each holds one malloc arena locked, so this bounds what trimming costs
+/// the request path. "-" without a trim counted (off, or an older worker).
+fn time_trimming(series: &[&super::samples::Sample]) -> String {
+    let (Some(first), Some(last)) = (series.first(), series.last()) else { return "-".to_owned() };
+    let (spent, over) = (last.heap_trim_seconds - first.heap_trim_seconds, last.at_s - first.at_s);
+    // A restart resets the sum: the span then says nothing.
+    if last.heap_trim_seconds <= 0.0 || spent < 0.0 || over <= 0.0 {
+        return "-".to_owned();
+    }
+    format!("{:.3}", 100.0 * spent / over)
+}
+
 fn mib(bytes: f64) -> f64 {
     bytes / (1024.0 * 1024.0)
 }
@@ -264,21 +277,23 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     let _ = writeln!(md, "## Memory\n\n![RSS](rss.png)\n");
     let _ = writeln!(
         md,
-        "| worker | first MiB | last MiB | peak MiB | growth after warm-up, %/h | heap in use, first → last MiB |"
+        "| worker | first MiB | last MiB | peak MiB | growth after warm-up, %/h | heap in use, first → last MiB \
+         | time trimming, % |"
     );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let workers = samples::by_worker(&outcome.samples);
     for w in &judged.verdict.memory {
         let growth = w.growth_pct_per_hour.map_or_else(|| "too short to say".to_owned(), |g| format!("{g:+.2}"));
-        let heap = workers.iter().find(|(name, _)| *name == w.worker).map(|(_, series)| heap_in_use(series));
+        let series = workers.iter().find(|(name, _)| *name == w.worker).map(|(_, series)| series.as_slice());
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.0} | {:.0} | {growth} | {} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {growth} | {} | {} |",
             w.worker,
             mib(w.first_bytes),
             mib(w.last_bytes),
             mib(w.peak_bytes),
-            heap.unwrap_or_else(|| "-".to_owned())
+            series.map_or_else(|| "-".to_owned(), heap_in_use),
+            series.map_or_else(|| "-".to_owned(), time_trimming)
         );
     }
     let _ = writeln!(
@@ -318,4 +333,24 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     let _ = writeln!(md, "\nEvery worker's samples: samples.csv; latency per interval: latency-<model>.csv.\n");
     let _ = writeln!(md, "```\n{}\n```", judged.result_line);
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soak::samples::Sample;
+
+    fn at(at_s: f64, heap_trim_seconds: f64) -> Sample {
+        Sample { heap_trim_seconds, ..Sample::from_scrape(at_s, "text-1", "") }
+    }
+
+    #[test]
+    fn time_trimming_is_the_trims_share_of_the_sampled_span() {
+        let (a, b) = (at(100.0, 0.5), at(1100.0, 1.5));
+        assert_eq!(time_trimming(&[&a, &b]), "0.100");
+        // Off (nothing counted), one sample, or a restart in between.
+        assert_eq!(time_trimming(&[&at(0.0, 0.0), &at(10.0, 0.0)]), "-");
+        assert_eq!(time_trimming(&[&a]), "-");
+        assert_eq!(time_trimming(&[&b, &at(2000.0, 0.1)]), "-");
+    }
 }

@@ -391,8 +391,7 @@ impl Targets for Addresses {
 
 /// Every sample taken: in memory for the report, and appended to the
 /// soak's samples file as it is taken.
-#[derive(Clone)]
-struct Samples(Arc<Mutex<SampleLog>>);
+struct Samples(Mutex<SampleLog>);
 
 struct SampleLog {
     taken: Vec<Sample>,
@@ -415,7 +414,7 @@ impl Samples {
             }
             None => None,
         };
-        Ok(Self(Arc::new(Mutex::new(SampleLog { taken: Vec::new(), file }))))
+        Ok(Self(Mutex::new(SampleLog { taken: Vec::new(), file })))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SampleLog> {

@@ -31,11 +31,13 @@ pub struct Sample {
     /// that does not export it): flat while RSS grows is the allocator
     /// keeping freed memory, not a leak.
     pub heap_in_use_bytes: f64,
+    /// Seconds the worker's heap trims have taken since it started.
+    pub heap_trim_seconds: f64,
 }
 
 /// The columns of samples.csv, in [`Sample::csv_row`]'s order.
 pub const CSV_HEADER: &str = "at_s,worker,rss_bytes,cpu_seconds,open_fds,threads,in_flight,prefetch_bytes,\
-prefetch_messages,reply_queue,rebalances,answers,duplicate_answers,model_version,load_failures,started_s,heap_in_use_bytes";
+prefetch_messages,reply_queue,rebalances,answers,duplicate_answers,model_version,load_failures,started_s,heap_in_use_bytes,heap_trim_seconds";
 
 impl Sample {
     pub fn from_scrape(at_s: f64, worker: &str, scrape: &str) -> Self {
@@ -58,12 +60,13 @@ impl Sample {
             load_failures: value("fleet_model_load_failures_total"),
             started_s: value("process_start_time_seconds"),
             heap_in_use_bytes: value("fleet_heap_in_use_bytes"),
+            heap_trim_seconds: value("fleet_heap_trim_seconds_sum"),
         }
     }
 
     pub fn csv_row(&self) -> String {
         format!(
-            "{:.1},{},{:.0},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0}",
+            "{:.1},{},{:.0},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.4}",
             self.at_s,
             self.worker,
             self.rss_bytes,
@@ -80,7 +83,8 @@ impl Sample {
             self.model_version,
             self.load_failures,
             self.started_s,
-            self.heap_in_use_bytes
+            self.heap_in_use_bytes,
+            self.heap_trim_seconds
         )
     }
 }
@@ -174,6 +178,8 @@ fleet_requests_total{model=\"minilm\",status=\"expired\",lane=\"interactive\"} 1
 fleet_duplicate_answers_total{model=\"minilm\"} 3
 fleet_model_version{model=\"minilm\"} 2
 fleet_heap_in_use_bytes{model=\"minilm\"} 400000000
+fleet_heap_trim_seconds_sum{model=\"minilm\"} 0.25
+fleet_heap_trim_seconds_count{model=\"minilm\"} 20
 ";
 
     #[test]
@@ -182,7 +188,7 @@ fleet_heap_in_use_bytes{model=\"minilm\"} 400000000
         assert_eq!((s.rss_bytes, s.cpu_seconds, s.open_fds, s.threads), (6e8, 12.5, 40.0, 20.0));
         assert_eq!((s.in_flight, s.prefetch_bytes, s.rebalances), (8.0, 1500.0, 4.0));
         assert_eq!((s.answers, s.duplicate_answers, s.model_version), (100.0, 3.0, 2.0));
-        assert_eq!(s.heap_in_use_bytes, 4e8);
+        assert_eq!((s.heap_in_use_bytes, s.heap_trim_seconds), (4e8, 0.25));
         assert_eq!(s.csv_row().split(',').count(), CSV_HEADER.split(',').count());
     }
 
