@@ -125,27 +125,30 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn a_trim_hands_freed_fragments_back_and_keeps_what_is_in_use() {
-        // 64 MiB in 64 KiB blocks (under glibc's mmap threshold, so they
-        // come from an arena), each followed by a small block that stays:
-        // once the large ones are freed the arena is full of holes that
-        // free() cannot hand back, as after a run of batches of many
-        // shapes. Only a trim returns them. Judged to half: other tests
-        // allocate beside this one, never tens of MiB of touched pages.
+        // 64 KiB blocks (under glibc's mmap threshold, so they come from an
+        // arena, and far over its small-block caches), every other one
+        // freed: 32 MiB of holes between kept blocks of the same size,
+        // which free() cannot hand back (it returns only the top of a
+        // heap), as after a run of batches of many shapes. The kept blocks
+        // are as large as the holes, so what earlier tests left free in
+        // the arena cannot take them and put the freed ones side by side.
+        // Judged to half: other tests allocate beside this one, never tens
+        // of MiB of touched pages.
         const BLOCK: usize = 64 << 10;
-        const BLOCKS: usize = 1024;
-        let mut freed = Vec::with_capacity(BLOCKS);
-        let mut kept = Vec::with_capacity(BLOCKS);
-        for i in 0..BLOCKS {
-            // Filled with ones, so every page is touched and resident.
+        const PAIRS: usize = 512;
+        let mut freed = Vec::with_capacity(PAIRS);
+        let mut kept = Vec::with_capacity(PAIRS);
+        for i in 0..PAIRS {
+            // Filled, so every page is touched and resident.
             freed.push(std::hint::black_box(vec![1u8; BLOCK]));
-            kept.push(std::hint::black_box(vec![i as u8; 64]));
+            kept.push(std::hint::black_box(vec![i as u8; BLOCK]));
         }
         drop(std::hint::black_box(freed));
         let released = look_and_trim(true).unwrap().released;
         assert!(
-            released >= (BLOCKS * BLOCK / 2) as u64,
+            released >= (PAIRS * BLOCK / 2) as u64,
             "the trim released {released} bytes of {} freed",
-            BLOCKS * BLOCK
+            PAIRS * BLOCK
         );
         for (i, block) in kept.iter().enumerate() {
             assert!(block.iter().all(|&b| b == i as u8), "kept block {i} changed");

@@ -233,7 +233,7 @@ pub fn register(labels: &SeriesLabels) {
     describe_histogram!(
         HEAP_TRIM_SECONDS,
         Unit::Seconds,
-        "How long each periodic heap trim took, each arena locked in turn: the sum's share of wall time bounds its cost"
+        "How long each periodic heap trim took (each arena locked in turn while it runs); the pages it hands back cost a zero-fill fault when reused"
     );
     fleet_ops::probe::describe();
 

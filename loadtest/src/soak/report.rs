@@ -165,13 +165,15 @@ fn heap_in_use(series: &[&super::samples::Sample]) -> String {
 }
 
 /// The share of a worker's sampled time its heap trims took, in percent:
-/// each holds one malloc arena locked, so this bounds what trimming costs
-/// the request path. "-" without a trim counted (off, or an older worker).
+/// the time they held malloc's arenas locked (the page faults that refill
+/// what they handed back come on top). "-" without a trim counted (off,
+/// or an older worker) or across a restart.
 fn time_trimming(series: &[&super::samples::Sample]) -> String {
     let (Some(first), Some(last)) = (series.first(), series.last()) else { return "-".to_owned() };
     let (spent, over) = (last.heap_trim_seconds - first.heap_trim_seconds, last.at_s - first.at_s);
-    // A restart resets the sum: the span then says nothing.
-    if last.heap_trim_seconds <= 0.0 || spent < 0.0 || over <= 0.0 {
+    // A restart starts the sum again: the span then says nothing.
+    let restarted = first.started_s != last.started_s;
+    if restarted || last.heap_trim_seconds <= 0.0 || spent < 0.0 || over <= 0.0 {
         return "-".to_owned();
     }
     format!("{:.3}", 100.0 * spent / over)
@@ -352,5 +354,7 @@ mod tests {
         assert_eq!(time_trimming(&[&at(0.0, 0.0), &at(10.0, 0.0)]), "-");
         assert_eq!(time_trimming(&[&a]), "-");
         assert_eq!(time_trimming(&[&b, &at(2000.0, 0.1)]), "-");
+        let restarted = Sample { started_s: 1.0, ..at(2000.0, 9.0) };
+        assert_eq!(time_trimming(&[&a, &restarted]), "-");
     }
 }

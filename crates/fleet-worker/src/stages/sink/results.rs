@@ -125,7 +125,7 @@ impl ResultSink {
                         lane = %f.position.lane,
                         partition = f.position.partition,
                         offset = f.position.offset,
-                        "answered before: this message was computed a second time"
+                        "this request was answered before: computed again"
                     );
                 }
                 Ok(())
