@@ -34,10 +34,14 @@ fn policy() -> AdmissionPolicy {
 }
 
 fn image_policy() -> AdmissionPolicy {
+    image_policy_with_budget(1 << 20)
+}
+
+fn image_policy_with_budget(budget_bytes: u64) -> AdmissionPolicy {
     let limits = ImageLimits { max_bytes: 1000, max_pixels: 10, formats: vec![Format::Png] };
     let decoding = Decoding {
         geometry: InputGeometry { resize_shorter: 3, crop: 3 },
-        budget: DecodeBudget::new(1 << 20),
+        budget: DecodeBudget::new(budget_bytes),
         slots: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     policy_with(Intake::Image { limits, decoding })
@@ -270,4 +274,35 @@ fn a_rerank_request_that_cannot_be_served_is_answered_with_its_code() {
     for (message, code) in cases {
         assert_eq!(error_code(admit(&rerank_policy(), message)), code);
     }
+}
+
+#[tokio::test]
+async fn a_worker_decoding_image_after_image_keeps_no_finished_decode() {
+    use crate::stages::admission::image::DecodeOutlets;
+    const IMAGES: usize = 50;
+    let (jobs, mut decoded) = tokio::sync::mpsc::channel(IMAGES);
+    let (sink, mut answers) = tokio::sync::mpsc::channel(IMAGES);
+    let outlets = DecodeOutlets { model: ModelName::parse("minilm").unwrap(), jobs, sink };
+    let (policy, bytes) = (image_policy_with_budget(64 << 20), png(3, 3));
+    let mut running = tokio::task::JoinSet::new();
+    for _ in 0..IMAGES {
+        let Admitted::Decode(decode) = admit(&policy, inbound(&envelope(ContentType::Png), &bytes)) else {
+            panic!("the image was not admitted");
+        };
+        assert!(decode.start(&outlets, &mut running).await);
+    }
+    // One decode slot: each start waited for the one before to end its
+    // decode. Kept until reaped, the finished ones would all be here.
+    assert!(running.len() <= 10, "{} of {IMAGES} decodes still held", running.len());
+    while running.join_next().await.is_some() {}
+    drop(outlets);
+    let mut jobs = 0;
+    while let Some(piped) = decoded.recv().await {
+        assert!(matches!(piped, crate::versions::handover::Piped::Work(_)));
+        jobs += 1;
+    }
+    if let Ok(crate::job::SinkItem::Answers(refused)) = answers.try_recv() {
+        panic!("a decode was refused: {:?}", refused[0].answer);
+    }
+    assert_eq!(jobs, IMAGES, "every image decoded into a job");
 }
