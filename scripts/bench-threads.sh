@@ -2,7 +2,9 @@
 # `make bench-threads`: the worker's own choice of intra-op threads and batch
 # budgets (tuned on live traffic, stages/engine/tuning.rs) against each
 # fixed thread count from 1 to min(cores, 4), on the whole path, on this
-# machine.
+# machine. Each run's line also counts the decisions on the length
+# buckets' largest batch the worker made on its own timings (caps made,
+# buckets kept whole).
 #
 # Each round starts a fresh worker per setting, in turn (the order reversed
 # every other round, so drift hits all alike): `fixed-N` runs with
@@ -48,7 +50,14 @@ for round in $(seq "$rounds"); do
     threads=$(path_gauge fleet_engine_intra_op_threads)
     percent=$(path_gauge fleet_engine_batch_percent)
     path_measure "r$round-$setting"
-    line=$(path_result "r$round-$setting" "setting=$setting threads=$threads batch_percent=$percent round=$round")
+    # Decisions on the buckets' largest batch, from the engine's timings
+    # (stages/batch/speed_caps.rs): caps made (a bucket halved twice counts
+    # twice), and buckets kept whole.
+    log="$FLEET_RUN_DIR/bench-threads-$setting.log"
+    caps=$(grep -c 'smaller batches compute faster' "$log" || true)
+    kept=$(grep -c 'full batches are as fast per token' "$log" || true)
+    line=$(path_result "r$round-$setting" \
+      "setting=$setting threads=$threads batch_percent=$percent caps_made=$caps buckets_kept=$kept round=$round")
     echo "$line" | tee -a "$results"
     kill -TERM "$WORKER_PID"; wait "$WORKER_PID" || true
     STARTED_PIDS=("${STARTED_PIDS[@]:1}")
@@ -63,15 +72,15 @@ for line in open(sys.argv[1]):
     words = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
     runs.setdefault(words["setting"], []).append(float(words["answered_per_s"]))
     if words["setting"] == "tuned":
-        chosen.append((words["threads"], words["batch_percent"]))
+        chosen.append((words["threads"], words["batch_percent"], words.get("caps_made", "?")))
 medians = {s: statistics.median(v) for s, v in runs.items()}
 fixed = {s: m for s, m in medians.items() if s.startswith("fixed-")}
 best = max(fixed, key=fixed.get)
 for s, v in runs.items():
     print(f"{s}: " + ", ".join(f"{x:.1f}" for x in v) + f" texts/s (median {medians[s]:.1f})")
-print("tuned chose (threads, batch %): " + ", ".join(f"({t}, {p})" for t, p in chosen))
+print("tuned chose (threads, batch %, bucket caps made): " + ", ".join(f"({t}, {p}, {c})" for t, p, c in chosen))
 print(
-    f"RESULT threads chosen={'/'.join(sorted({t for t, _ in chosen}))} chosen_per_s={medians['tuned']:.1f} "
+    f"RESULT threads chosen={'/'.join(sorted({t for t, _, _ in chosen}))} chosen_per_s={medians['tuned']:.1f} "
     f"best_fixed={best[len('fixed-'):]} best_fixed_per_s={fixed[best]:.1f} "
     f"ratio={medians['tuned'] / fixed[best]:.3f} cpu=\"{sys.argv[2]}\""
 )

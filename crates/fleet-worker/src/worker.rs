@@ -259,6 +259,8 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
         bulk_fill: args.bulk_fill.unwrap_or(device.is_cuda()),
         ahead: ahead.clone(),
         batch_percent: 100,
+        // Chosen on the engine's timings where the engine tunes itself.
+        speed_caps: args.engine_tuning && !device.is_cuda(),
     };
     let batch = tokio::spawn(watched("batcher", health.clone(), stopping.clone(), batch.run()));
     let cache = CacheStage {

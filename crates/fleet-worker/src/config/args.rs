@@ -37,8 +37,9 @@ pub struct WorkerArgs {
     pub intra_op_threads: Option<usize>,
     /// Whether the engine tries the thread counts (unless
     /// --intra-op-threads fixes them) and smaller batch budgets while the
-    /// worker holds a backlog, and keeps what answers most (true/false; a
-    /// CPU only: on CUDA both stay).
+    /// worker holds a backlog, and keeps what answers most, and caps a
+    /// length bucket's rows where its half batches compute faster
+    /// (true/false; a CPU only: on CUDA all stay).
     #[arg(long, env = "FLEET_ENGINE_TUNING", default_value_t = true, action = clap::ArgAction::Set)]
     pub engine_tuning: bool,
     /// How long each tuning window lasts (of held backlog; each candidate

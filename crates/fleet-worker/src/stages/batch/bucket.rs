@@ -381,6 +381,17 @@ impl<T> BucketBatcher<T> {
         cap.min(share_of(self.limits.max_batch_size, self.batch_percent))
     }
 
+    /// The most rows a batch of `bucket` may hold now when its rows are as
+    /// long as the bucket's bound: its row cap within every budget (at
+    /// least 1).
+    pub fn most_rows(&self, bucket: usize) -> usize {
+        let bound = self.limits.boundaries.get(bucket).copied().unwrap_or(1);
+        (1..=self.row_cap(bucket))
+            .rev()
+            .find(|&rows| self.limits.fits(rows, bound) && self.within_token_share(rows, bound))
+            .unwrap_or(1)
+    }
+
     /// Whether `rows` rows padded to `padded_len` stay within the share of
     /// the token budget in use.
     fn within_token_share(&self, rows: usize, padded_len: usize) -> bool {

@@ -16,6 +16,7 @@
 
 pub mod bucket;
 pub mod downstream;
+pub mod speed_caps;
 
 use crate::job::{cancelled_answer, timings, Finished, Job, SinkItem};
 use crate::metrics::{BATCH_ROW_CAP, TTL_DROPPED_TOTAL};
@@ -27,6 +28,7 @@ use bucket::{Batch, BucketBatcher, BucketLimits};
 use downstream::BatchesAhead;
 use fleet_proto::clock::now_ms;
 use fleet_proto::{Answer, Lane, ModelName};
+use speed_caps::{BatchTiming, SpeedCaps};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -61,17 +63,21 @@ pub struct BatchStage {
     /// The share of the batch budgets in use, percent (the engine's tuning
     /// moves it: `BatchFeedback::BatchPercent`).
     pub batch_percent: u32,
+    /// Whether each bucket's largest batch is chosen on the engine's
+    /// timings (`speed_caps`): with the engine's tuning, on a CPU.
+    pub speed_caps: bool,
 }
 
 impl BatchStage {
     pub async fn run(mut self) {
         let mut batcher = self.batcher(self.limits.clone());
+        let mut speed = self.speed_caps(&batcher);
         publish_row_caps(&batcher);
         let mut open = true;
         let mut revocations_seen = self.ledger.revocations();
         let mut cancels = self.cancelled.subscribe();
         while open || !batcher.is_empty() {
-            self.apply_feedback(&mut batcher);
+            self.apply_feedback(&mut batcher, &mut speed);
             match take_waiting_jobs(&mut self.jobs, &self.ledger, &mut batcher) {
                 Taken::Open => {}
                 Taken::Closed => open = false,
@@ -79,6 +85,7 @@ impl BatchStage {
                     if !self.take_over(&mut batcher, handover).await {
                         return;
                     }
+                    speed = self.speed_caps(&batcher);
                     continue;
                 }
             }
@@ -152,6 +159,7 @@ impl BatchStage {
                 if !self.take_over(&mut batcher, handover).await {
                     return;
                 }
+                speed = self.speed_caps(&batcher);
             }
         }
     }
@@ -194,11 +202,22 @@ impl BatchStage {
             .with_batch_percent(self.batch_percent)
     }
 
-    fn apply_feedback(&mut self, batcher: &mut BucketBatcher<Job>) {
+    /// A new measurement of the batcher's buckets, when batch sizes are chosen.
+    fn speed_caps(&self, batcher: &BucketBatcher<Job>) -> Option<SpeedCaps> {
+        self.speed_caps.then(|| SpeedCaps::new(batcher.limits().boundaries.len()))
+    }
+
+    fn apply_feedback(&mut self, batcher: &mut BucketBatcher<Job>, speed: &mut Option<SpeedCaps>) {
         while let Ok(feedback) = self.feedback.try_recv() {
             match feedback {
-                BatchFeedback::Timing { version, bucket, infer_ms } if version == self.version => {
-                    batcher.observe_inference(bucket, infer_ms)
+                BatchFeedback::Timing { version, bucket, infer_ms, rows, tokens, settled_backlog }
+                    if version == self.version =>
+                {
+                    batcher.observe_inference(bucket, infer_ms);
+                    let timing = BatchTiming { bucket, rows, tokens, infer_ms, settled_backlog };
+                    if let Some(decision) = speed.as_mut().and_then(|s| s.observe(timing, batcher.most_rows(bucket))) {
+                        apply_speed_decision(batcher, &decision);
+                    }
                 }
                 BatchFeedback::RowCap { version, bucket, rows } if version == self.version => {
                     batcher.cap_rows(bucket, rows);
@@ -209,6 +228,9 @@ impl BatchStage {
                     // for the batchers of versions to come.
                     self.batch_percent = percent;
                     batcher.set_batch_percent(percent);
+                    if let Some(speed) = speed.as_mut() {
+                        speed.start_over();
+                    }
                     publish_row_caps(batcher);
                 }
                 // About the batches of a version this stage no longer forms.
@@ -248,6 +270,34 @@ impl BatchStage {
         let (model, version, now) = (self.model.as_str(), self.version, now_ms());
         let answers = cancelled.into_iter().map(|job| cancelled_answer(job, model, version, now)).collect();
         self.sink.send(SinkItem::Answers(answers)).await.is_ok()
+    }
+}
+
+/// Caps the decided bucket where its smaller batches were faster, and says
+/// what was measured either way.
+fn apply_speed_decision(batcher: &mut BucketBatcher<Job>, decision: &speed_caps::Decision) {
+    let bound = batcher.limits().boundaries.get(decision.bucket).copied().unwrap_or_default();
+    let (full, smaller) = (decision.full_tokens_per_s.round(), decision.smaller_tokens_per_s.round());
+    match decision.cap {
+        Some(rows) => {
+            tracing::info!(
+                bound,
+                from = decision.most_rows,
+                to = rows,
+                full_tokens_per_s = full,
+                smaller_tokens_per_s = smaller,
+                "smaller batches compute faster in this bucket on this CPU: capping its rows"
+            );
+            batcher.cap_rows(decision.bucket, rows);
+            publish_row_cap(batcher, decision.bucket);
+        }
+        None => tracing::info!(
+            bound,
+            rows = decision.most_rows,
+            full_tokens_per_s = full,
+            smaller_tokens_per_s = smaller,
+            "full batches are as fast per token in this bucket: kept"
+        ),
     }
 }
 
@@ -377,6 +427,7 @@ mod tests {
             bulk_fill: true,
             ahead: Default::default(),
             batch_percent: 100,
+            speed_caps: false,
         };
         stage.run().await;
 
@@ -399,5 +450,64 @@ mod tests {
         let mut new_ones: Vec<i64> = after.into_iter().flatten().copied().collect();
         new_ones.sort();
         assert_eq!(new_ones, vec![5, 6, 7]);
+    }
+
+    /// The sizes of the batches a stage forms from 8 jobs held at once, after
+    /// the engine's timings of 20 batches of 8 rows and 20 of 4, the 4-row
+    /// ones 25 % faster per token.
+    async fn batch_sizes_after_timings(speed_caps: bool) -> Vec<usize> {
+        let ledger = Arc::new(Ledger::new(Arc::new(Health::new(60_000))));
+        let generation = ledger.assign_for_test(LanePartition { lane: fleet_proto::Lane::Interactive, partition: 0 });
+        let (jobs_tx, jobs) = mpsc::channel(64);
+        let (batches, mut batches_rx) = mpsc::channel(64);
+        let (sink, _sink_rx) = mpsc::channel(64);
+        let (feedback_tx, feedback) = mpsc::unbounded_channel();
+        // The first few after the start are not counted (formed before it).
+        for _ in 0..speed_caps::MIN_SAMPLES + speed_caps::SETTLING_BATCHES {
+            for (rows, infer_ms) in [(8, 10.0), (4, 4.0)] {
+                let timing = BatchFeedback::Timing {
+                    version: 1,
+                    bucket: 0,
+                    infer_ms,
+                    rows,
+                    tokens: rows * 10,
+                    settled_backlog: true,
+                };
+                feedback_tx.send(timing).unwrap();
+            }
+        }
+        for offset in 0..8 {
+            jobs_tx.send(job(0, generation, offset)).await.unwrap();
+        }
+        drop(jobs_tx);
+        let stage = BatchStage {
+            model: ModelName::parse("minilm").unwrap(),
+            limits: limits(8),
+            version: 1,
+            jobs,
+            batches,
+            feedback,
+            sink,
+            ledger,
+            cancelled: Default::default(),
+            bulk_share: bucket::DEFAULT_BULK_SHARE,
+            bulk_fill: true,
+            ahead: Default::default(),
+            batch_percent: 100,
+            speed_caps,
+        };
+        stage.run().await;
+        let mut sizes = Vec::new();
+        while let Ok(Piped::Work(batch)) = batches_rx.try_recv() {
+            sizes.push(batch.items.len());
+        }
+        sizes
+    }
+
+    #[tokio::test]
+    async fn a_bucket_whose_smaller_batches_ran_faster_gets_half_batches() {
+        assert_eq!(batch_sizes_after_timings(true).await, vec![4, 4]);
+        // Without the choice by measurement, the same timings change nothing.
+        assert_eq!(batch_sizes_after_timings(false).await, vec![8]);
     }
 }

@@ -94,8 +94,10 @@ pub enum EngineCommand {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BatchFeedback {
     /// How long a batch of the bucket took on the version: which deadlines
-    /// it can meet.
-    Timing { version: u64, bucket: usize, infer_ms: f64 },
+    /// it can meet, and (with its rows, real tokens and whether it ran
+    /// under a backlog with the tuning settled) which batch size computes
+    /// fastest (`batch::speed_caps`).
+    Timing { version: u64, bucket: usize, infer_ms: f64, rows: usize, tokens: usize, settled_backlog: bool },
     /// A batch of the bucket fitted in device memory only with this many
     /// rows on the version: later batches hold no more.
     RowCap { version: u64, bucket: usize, rows: usize },
@@ -205,11 +207,15 @@ impl EngineStage {
                         .filter(|job| job.position.lane == Lane::Interactive)
                         .map(|job| job.read_ms)
                         .min();
-                    // Once tuned, nothing here: no row count, no ledger lock.
+                    let rows = batch.items.iter().map(|job| job.input.rows()).sum();
+                    let tokens = batch.items.iter().map(|job| job.input.real_tokens()).sum();
+                    // One uncontended lock a batch: the batch sizes are
+                    // measured after the tuning, for as long as the worker runs.
+                    let backlog = (self.backlog)();
+                    let settled_backlog = backlog && self.tuner.is_done();
                     if !self.tuner.is_done() {
                         let at_ms = clock.elapsed().as_secs_f64() * 1000.0;
-                        let rows = batch.items.iter().map(|job| job.input.rows()).sum();
-                        if let Some(change) = self.tuner.observe(at_ms, rows, (self.backlog)()) {
+                        if let Some(change) = self.tuner.observe(at_ms, rows, backlog) {
                             self.apply_tuning(change);
                         }
                     }
@@ -217,7 +223,9 @@ impl EngineStage {
                     let ran = run_batch(&current.model, &self.namespace, &self.model, current.version, batch);
                     self.busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                     let version = current.version;
-                    let _ = self.batch_feedback.send(BatchFeedback::Timing { version, bucket, infer_ms: ran.infer_ms });
+                    let infer_ms = ran.infer_ms;
+                    let timing = BatchFeedback::Timing { version, bucket, infer_ms, rows, tokens, settled_backlog };
+                    let _ = self.batch_feedback.send(timing);
                     if let Some(first_read_ms) = first_read_ms {
                         let held_ms = started_ms.saturating_sub(first_read_ms) as f64;
                         let _ = self.held_feedback.send(HeldFeedback { held_ms, first_read_ms });

@@ -205,6 +205,20 @@ fn expiring_alone_releases_no_batch_and_says_when_the_next_expiry_is() {
 }
 
 #[test]
+fn the_most_rows_of_a_bucket_are_its_cap_within_every_budget_at_its_bound() {
+    let mut b: BucketBatcher<()> = BucketBatcher::new(limits());
+    // Rows, rows (4 × 64 = 256 tokens, 4 × 64² cells), then tokens and
+    // cells (one row of 128: 128 × 128 cells).
+    assert_eq!((0..4).map(|bucket| b.most_rows(bucket)).collect::<Vec<_>>(), vec![4, 4, 4, 1]);
+    b.cap_rows(1, 3);
+    b.set_batch_percent(50);
+    // Half the rows and tokens: 2 rows, 2 × 64 = 128 tokens.
+    assert_eq!((0..4).map(|bucket| b.most_rows(bucket)).collect::<Vec<_>>(), vec![2, 2, 2, 1]);
+    b.set_batch_percent(100);
+    assert_eq!(b.most_rows(1), 3);
+}
+
+#[test]
 fn a_row_cap_after_out_of_memory_shrinks_later_batches_of_that_bucket_only() {
     let mut b = BucketBatcher::new(limits());
     b.cap_rows(0, 2);
