@@ -122,11 +122,13 @@ struct SoakArgs {
     redis: RedisConfig,
     #[command(flatten)]
     namespace: NamespaceArgs,
-    /// --staging: texts per second (open loop; bursts multiply it).
-    #[arg(long)]
+    /// Texts per second (open loop; bursts multiply it). Required with
+    /// --staging; on a local fleet it replaces --capacity-fraction (with
+    /// --image-rate), so a rerun can offer an earlier run's load.
+    #[arg(long, requires = "image_rate")]
     text_rate: Option<f64>,
-    /// --staging: images per second.
-    #[arg(long)]
+    /// Images per second (see --text-rate).
+    #[arg(long, requires = "text_rate")]
     image_rate: Option<f64>,
     #[arg(long, default_value = "minilm")]
     text_model: ModelName,
@@ -723,6 +725,9 @@ async fn soak(args: SoakArgs) -> Result<()> {
     if !(args.capacity_fraction > 0.0 && args.capacity_fraction < 1.0) {
         bail!("--capacity-fraction must be in (0, 1)");
     }
+    if [args.text_rate, args.image_rate].iter().flatten().any(|rate| !(rate.is_finite() && *rate > 0.0)) {
+        bail!("--text-rate and --image-rate must be above 0");
+    }
     let config = schedule::ScheduleConfig {
         duration_s: args.duration.as_secs_f64(),
         warm_up_s: args.warm_up.as_secs_f64(),
@@ -799,6 +804,7 @@ async fn soak(args: SoakArgs) -> Result<()> {
             binaries: Binaries::from_env()?,
             load,
             capacity_fraction: args.capacity_fraction,
+            fixed_rates: args.text_rate.zip(args.image_rate),
             partitions: args.partitions,
             worker_args: args.worker_args.clone(),
             capacity_texts: args.capacity_texts,

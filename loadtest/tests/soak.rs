@@ -52,6 +52,7 @@ async fn a_short_soak_with_every_fault_once_keeps_its_books() {
             samples_file: Some(dir.join("samples.csv")),
         },
         capacity_fraction: 0.25,
+        fixed_rates: None,
         partitions: 4,
         worker_args: Vec::new(),
         capacity_texts: 400,

@@ -198,8 +198,9 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     );
     let share = match (outcome.text_capacity, outcome.image_capacity) {
         (Some(texts), Some(images)) => format!(
-            ": {:.0} % of what each worker answered alone ({texts:.1} texts/s, {images:.2} images/s)",
-            outcome.text_rate / texts.max(1e-9) * 100.0
+            ": {:.0} % and {:.0} % of what each worker answered alone ({texts:.1} texts/s, {images:.2} images/s)",
+            outcome.text_rate / texts.max(1e-9) * 100.0,
+            outcome.image_rate / images.max(1e-9) * 100.0
         ),
         _ => String::new(),
     };

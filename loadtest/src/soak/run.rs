@@ -67,6 +67,10 @@ pub struct SoakConfig {
     pub load: SoakLoad,
     /// The offered rates as a share of each worker's measured capacity.
     pub capacity_fraction: f64,
+    /// Texts and images per second offered instead, whatever the capacity
+    /// measured: a rerun offers the load of an earlier run (this host's
+    /// speed moves by 2× from one day to the next, and the fraction with it).
+    pub fixed_rates: Option<(f64, f64)>,
     pub partitions: i32,
     pub worker_args: Vec<String>,
     /// Sent at once to measure each worker's capacity.
@@ -171,7 +175,9 @@ pub async fn run(config: SoakConfig) -> Result<SoakOutcome> {
         runner::run(burst(&image_model, config.capacity_images, load.images.clone(), format!("soak-cap-i-{run_id}"))?)
             .await?;
     let image_capacity = throughput(&image_burst.records).context("the image capacity burst measured no rate")?;
-    let (text_rate, image_rate) = (text_capacity * config.capacity_fraction, image_capacity * config.capacity_fraction);
+    let (text_rate, image_rate) = config
+        .fixed_rates
+        .unwrap_or((text_capacity * config.capacity_fraction, image_capacity * config.capacity_fraction));
     tracing::info!(text_capacity, image_capacity, text_rate, image_rate, "capacity measured; the soak begins");
 
     let texts = RunConfig {
