@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test up down soak test-deploy bench-batching bench-pipeline bench-threads bench-peer bench-precision bench-flops bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test up down soak test-deploy bench-batching bench-pipeline bench-threads bench-peer bench-precision bench-flops bench-shapes bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -45,6 +45,11 @@ bench-precision:
 # This CPU's GEMM peak and the text model's share of it per bucket (--precision, --threads).
 bench-flops:
 	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" flops'
+
+# The heap bytes the text model keeps per new batch shape, in each precision,
+# with libtorch's kernel caches at their defaults and off (about 8 minutes).
+bench-shapes:
+	bash scripts/bench-shapes.sh
 
 # Uses (and flushes) Redis database 15 on 127.0.0.1:6379.
 bench-redis:

@@ -221,14 +221,14 @@ fn gemm_gflops(n: i64, kind: Kind) -> Result<f64> {
 /// The corpus' sentences as one stream of token ids without their special
 /// tokens, and the [CLS] and [SEP] ids the tokenizer puts around a text
 /// (read from its output, not assumed).
-struct Corpus {
+pub(crate) struct Corpus {
     stream: Vec<i64>,
     cls: i64,
     sep: i64,
 }
 
 impl Corpus {
-    fn read(tokenizer: &TextTokenizer, path: &Path) -> Result<Self> {
+    pub(crate) fn read(tokenizer: &TextTokenizer, path: &Path) -> Result<Self> {
         let body = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut stream = Vec::new();
         let mut ends = None;
@@ -248,7 +248,7 @@ impl Corpus {
 /// `count` rows of exactly `len` ids: [CLS], the next window of the
 /// corpus' stream (from the start again when it runs out), [SEP]. Real
 /// text in every row, none padded.
-fn token_rows(corpus: &Corpus, len: usize, count: usize) -> Vec<Vec<i64>> {
+pub(crate) fn token_rows(corpus: &Corpus, len: usize, count: usize) -> Vec<Vec<i64>> {
     let body = len.saturating_sub(2);
     (0..count)
         .map(|row| {
@@ -264,7 +264,7 @@ fn token_rows(corpus: &Corpus, len: usize, count: usize) -> Vec<Vec<i64>> {
 /// The most rows of `len` tokens one batch may hold under the batching
 /// limits; 1 where even one row is over them (the worker lets a single
 /// request through alone).
-fn max_rows(limits: &BucketLimits, len: usize) -> usize {
+pub(crate) fn max_rows(limits: &BucketLimits, len: usize) -> usize {
     let len = len.max(1);
     let bound = limits
         .max_batch_size

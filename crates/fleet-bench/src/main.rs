@@ -19,6 +19,7 @@ mod measure;
 mod plot;
 mod precision_bench;
 mod redis_bench;
+mod shapes_bench;
 mod strategy;
 
 use anyhow::{Context, Result};
@@ -86,6 +87,15 @@ enum Command {
     Precision(PrecisionCommand),
     /// GEMM peak (--precision fp32|bf16, --threads) against the text model's FLOP/s per bucket.
     Flops(FlopsCommand),
+    /// The C heap bytes the text model keeps per new batch shape (--precision, --threads).
+    Shapes(ShapesCommand),
+}
+
+#[derive(Args)]
+struct ShapesCommand {
+    /// Real sentences the batches' token ids are cut from.
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
 }
 
 #[derive(Args)]
@@ -224,6 +234,20 @@ fn main() -> Result<()> {
                 list_parameters: args.list_parameters,
             });
         }
+        Command::Shapes(args) => {
+            tch::set_num_threads(cli.common.threads);
+            tch::set_num_interop_threads(1);
+            println!("machine: {}", machine());
+            let precision = format!("{:?}", cli.common.precision).to_lowercase();
+            return shapes_bench::run(&shapes_bench::ShapesArgs {
+                repo: &cli.common.model_repo,
+                model: &cli.common.model,
+                corpus: &args.corpus,
+                kind: cli.common.precision.kind(),
+                precision: &precision,
+                threads: cli.common.threads,
+            });
+        }
         _ => {}
     }
     tch::set_num_threads(cli.common.threads);
@@ -248,7 +272,11 @@ fn main() -> Result<()> {
         Command::Batching(args) => batching(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Raw(args) => raw(&args, &version, &tokenizer, &engine, text.max_seq_len),
         Command::Redis(args) => redis(&args, &tokenizer, &engine),
-        Command::ImageDecode(_) | Command::ImageBurst(_) | Command::Precision(_) | Command::Flops(_) => {
+        Command::ImageDecode(_)
+        | Command::ImageBurst(_)
+        | Command::Precision(_)
+        | Command::Flops(_)
+        | Command::Shapes(_) => {
             unreachable!("handled above")
         }
     };

@@ -70,16 +70,16 @@ fn look_and_trim(trim: bool) -> Option<Trimmed> {
 }
 
 /// Bytes handed out by malloc and not freed: in the arenas and in blocks
-/// of their own (mmap).
+/// of their own (mmap). `None` off glibc.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn in_use_bytes() -> Option<u64> {
+pub fn in_use_bytes() -> Option<u64> {
     // SAFETY: mallinfo2 only reads the allocator's statistics.
     let info = unsafe { libc::mallinfo2() };
     Some((info.uordblks + info.hblkhd) as u64)
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn in_use_bytes() -> Option<u64> {
+pub fn in_use_bytes() -> Option<u64> {
     None
 }
 
