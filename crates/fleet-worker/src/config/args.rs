@@ -38,7 +38,7 @@ pub struct WorkerArgs {
     /// Whether the engine tries the thread counts (unless
     /// --intra-op-threads fixes them) and smaller batch budgets while the
     /// worker holds a backlog, and keeps what answers most, and caps a
-    /// length bucket's rows where its half batches compute faster
+    /// length bucket's rows where its smaller batches compute faster
     /// (true/false; a CPU only: on CUDA all stay).
     #[arg(long, env = "FLEET_ENGINE_TUNING", default_value_t = true, action = clap::ArgAction::Set)]
     pub engine_tuning: bool,

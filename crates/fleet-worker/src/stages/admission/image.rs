@@ -30,7 +30,7 @@ pub fn image_error_code(error: &ImageError) -> ErrorCode {
 /// 0.97 KiB more for every image it answered (12 MiB an hour at 3.7 images
 /// a second in the one-hour soak, docs/soak.md). The decode slots bound
 /// what is left running.
-pub fn reap_finished(running: &mut JoinSet<()>) {
+fn reap_finished(running: &mut JoinSet<()>) {
     while let Some(done) = running.try_join_next() {
         if let Err(e) = done {
             // The decode's own failures are answered inside it; only a

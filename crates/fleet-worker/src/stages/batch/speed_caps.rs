@@ -21,8 +21,10 @@
 //! batches' median tokens per second beats the full ones' by [`MARGIN`],
 //! the bucket is capped at half its most rows and measured again at the new
 //! size (a quarter may be faster still); otherwise it keeps its budgets and
-//! is not measured again. Caps only go down, like the device-memory caps
-//! they sit beside, until a new version's batcher starts without them. After
+//! is measured again only when they change (a device-memory cap, a new
+//! batch share: [`SpeedCaps::start_over`]). Caps only go down, like the
+//! device-memory caps they sit beside, until a new version's batcher starts
+//! without them. After
 //! any change of a bucket's most rows, its next [`SETTLING_BATCHES`] are not
 //! counted: they were formed under the old budgets.
 //!
@@ -123,8 +125,8 @@ impl SpeedCaps {
             bucket.settling -= 1;
             return None;
         }
-        // A bucket of one row has no smaller batch to try.
-        if bucket.decided || most_rows < 2 || !batch.settled_backlog || batch.infer_ms <= 0.0 {
+        // (A bucket of one row has no smaller side: the bands below leave it alone.)
+        if bucket.decided || !batch.settled_backlog || batch.infer_ms <= 0.0 {
             return None;
         }
         let tokens_per_s = batch.tokens as f64 / (batch.infer_ms / 1000.0);
@@ -307,7 +309,11 @@ mod tests {
     fn a_one_row_bucket_and_an_unknown_bucket_are_left_alone() {
         let mut caps = SpeedCaps::new(5);
         for _ in 0..100 {
-            assert_eq!(caps.observe(batch(4, 1, 0.5), 1), None);
+            // One row at most: no batch is smaller than a full one.
+            assert_eq!(caps.observe(batch(4, 1, 1.0), 1), None);
+            assert_eq!(caps.observe(batch(4, 1, 0.1), 1), None);
+            // A bucket the limits do not have, both sizes.
+            assert_eq!(caps.observe(batch(9, 32, 1.0), 32), None);
             assert_eq!(caps.observe(batch(9, 16, 0.5), 32), None);
         }
     }

@@ -209,8 +209,9 @@ impl EngineStage {
                         .min();
                     let rows = batch.items.iter().map(|job| job.input.rows()).sum();
                     let tokens = batch.items.iter().map(|job| job.input.real_tokens()).sum();
-                    // One uncontended lock a batch: the batch sizes are
-                    // measured after the tuning, for as long as the worker runs.
+                    // The ledger's lock once a batch (held briefly by reads
+                    // and answers): the batch sizes are measured after the
+                    // tuning, for as long as the worker runs.
                     let backlog = (self.backlog)();
                     let settled_backlog = backlog && self.tuner.is_done();
                     if !self.tuner.is_done() {

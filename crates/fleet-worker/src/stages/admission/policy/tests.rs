@@ -277,7 +277,7 @@ fn a_rerank_request_that_cannot_be_served_is_answered_with_its_code() {
 }
 
 #[tokio::test]
-async fn a_worker_decoding_image_after_image_keeps_no_finished_decode() {
+async fn a_worker_decoding_image_after_image_keeps_only_the_decodes_under_way() {
     use crate::stages::admission::image::DecodeOutlets;
     const IMAGES: usize = 50;
     let (jobs, mut decoded) = tokio::sync::mpsc::channel(IMAGES);
