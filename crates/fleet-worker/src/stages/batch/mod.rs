@@ -397,6 +397,33 @@ mod tests {
         }))
     }
 
+    /// Version 1's stage under `limits(8)`, on the channels given.
+    fn stage(
+        jobs: mpsc::Receiver<Piped<Job>>,
+        batches: mpsc::Sender<Piped<Batch<Job>>>,
+        feedback: mpsc::UnboundedReceiver<BatchFeedback>,
+        sink: mpsc::Sender<SinkItem>,
+        ledger: Arc<Ledger>,
+        speed_caps: bool,
+    ) -> BatchStage {
+        BatchStage {
+            model: ModelName::parse("minilm").unwrap(),
+            limits: limits(8),
+            version: 1,
+            jobs,
+            batches,
+            feedback,
+            sink,
+            ledger,
+            cancelled: Default::default(),
+            bulk_share: bucket::DEFAULT_BULK_SHARE,
+            bulk_fill: true,
+            ahead: Default::default(),
+            batch_percent: 100,
+            speed_caps,
+        }
+    }
+
     #[tokio::test]
     async fn a_handover_ends_the_old_versions_batches_and_the_new_limits_begin_behind_it() {
         let ledger = Arc::new(Ledger::new(Arc::new(Health::new(60_000))));
@@ -413,23 +440,7 @@ mod tests {
             jobs_tx.send(job(0, generation, offset)).await.unwrap();
         }
         drop(jobs_tx);
-        let stage = BatchStage {
-            model: ModelName::parse("minilm").unwrap(),
-            limits: limits(8),
-            version: 1,
-            jobs,
-            batches,
-            feedback,
-            sink,
-            ledger,
-            cancelled: Default::default(),
-            bulk_share: bucket::DEFAULT_BULK_SHARE,
-            bulk_fill: true,
-            ahead: Default::default(),
-            batch_percent: 100,
-            speed_caps: false,
-        };
-        stage.run().await;
+        stage(jobs, batches, feedback, sink, ledger, false).run().await;
 
         let mut seen = Vec::new();
         while let Ok(piped) = batches_rx.try_recv() {
@@ -480,23 +491,7 @@ mod tests {
             jobs_tx.send(job(0, generation, offset)).await.unwrap();
         }
         drop(jobs_tx);
-        let stage = BatchStage {
-            model: ModelName::parse("minilm").unwrap(),
-            limits: limits(8),
-            version: 1,
-            jobs,
-            batches,
-            feedback,
-            sink,
-            ledger,
-            cancelled: Default::default(),
-            bulk_share: bucket::DEFAULT_BULK_SHARE,
-            bulk_fill: true,
-            ahead: Default::default(),
-            batch_percent: 100,
-            speed_caps,
-        };
-        stage.run().await;
+        stage(jobs, batches, feedback, sink, ledger, speed_caps).run().await;
         let mut sizes = Vec::new();
         while let Ok(Piped::Work(batch)) = batches_rx.try_recv() {
             sizes.push(batch.items.len());
