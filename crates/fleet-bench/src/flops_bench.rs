@@ -16,6 +16,7 @@
 //! `RESULT gemm …` and `RESULT flops … smaller_batch_faster=<len:rows,…|none>`.
 
 use anyhow::{Context, Result};
+use fleet_worker::config::ModelVersion;
 use fleet_worker::stages::admission::tokenize::TextTokenizer;
 use fleet_worker::stages::batch::bucket::BucketLimits;
 use fleet_worker::stages::engine::torch::TextModule;
@@ -40,16 +41,39 @@ const SMALLER_WINS_BY: f64 = 1.05;
 /// BERT's name for a layer's query projection; one per attention layer.
 const QUERY_WEIGHT: &str = "attention.self.query.weight";
 
-pub struct FlopsArgs<'a> {
+/// What a benchmark of the text model alone runs on (`flops`, `shapes`).
+pub struct TextBenchArgs<'a> {
     pub repo: &'a Path,
     pub model: &'a fleet_proto::ModelName,
     pub corpus: &'a Path,
     pub kind: Kind,
     pub precision: &'a str,
     pub threads: i32,
-    /// Print every parameter's name and shape, to check what the FLOP count
-    /// reads from them.
-    pub list_parameters: bool,
+}
+
+/// The text model in the benchmark's precision, on the CPU, with the
+/// corpus its batches are cut from and the version's batching limits.
+pub(crate) struct TextBench {
+    pub version: ModelVersion,
+    pub module: TextModule,
+    pub corpus: Corpus,
+    pub limits: BucketLimits,
+    pub max_seq_len: usize,
+}
+
+impl TextBench {
+    pub(crate) fn load(args: &TextBenchArgs<'_>) -> Result<Self> {
+        let version = repository::resolve(args.repo, args.model)?;
+        let max_seq_len = version.config.text().context("a text model is needed")?.max_seq_len;
+        let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), max_seq_len, true)?;
+        let mut module = TextModule::for_version(&version, Device::Cpu)?;
+        if args.kind != Kind::Float {
+            module.convert(args.kind)?;
+        }
+        let corpus = Corpus::read(&tokenizer, args.corpus)?;
+        let limits = version.config.batching.limits(max_seq_len);
+        Ok(Self { version, module, corpus, limits, max_seq_len })
+    }
 }
 
 /// What a text encoder's FLOPs per token follow from.
@@ -124,17 +148,13 @@ pub fn model_flops(rows: usize, len: usize, shape: &ModelShape) -> f64 {
     rows * len * per_token
 }
 
-pub fn run(args: &FlopsArgs<'_>) -> Result<()> {
+/// `list_parameters`: print every parameter's name and shape, to check
+/// what the FLOP count reads from them.
+pub fn run(args: &TextBenchArgs<'_>, list_parameters: bool) -> Result<()> {
     let peak = gemm_peak(args)?;
-    let version = repository::resolve(args.repo, args.model)?;
-    let max_seq_len = version.config.text().context("a text model is needed")?.max_seq_len;
-    let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), max_seq_len, true)?;
-    let mut module = TextModule::for_version(&version, Device::Cpu)?;
-    if args.kind != Kind::Float {
-        module.convert(args.kind)?;
-    }
+    let TextBench { version, module, corpus, limits, max_seq_len } = TextBench::load(args)?;
     let parameters = module.parameter_shapes()?;
-    if args.list_parameters {
+    if list_parameters {
         for (name, shape) in &parameters {
             println!("parameter {name} {shape:?}");
         }
@@ -151,8 +171,6 @@ pub fn run(args: &FlopsArgs<'_>) -> Result<()> {
     );
     // For the whole-path figure (scripts/path_figures.py --shape).
     println!("RESULT shape linear_params={} layers={} hidden={}", shape.linear_params, shape.layers, shape.hidden);
-    let corpus = Corpus::read(&tokenizer, args.corpus)?;
-    let limits = version.config.batching.limits(max_seq_len);
     let mut points = Vec::new();
     for len in LENGTHS.into_iter().filter(|&len| len <= max_seq_len) {
         let full_rows = max_rows(&limits, len);
@@ -191,7 +209,7 @@ pub fn run(args: &FlopsArgs<'_>) -> Result<()> {
 
 /// The faster of the GEMM sizes, GFLOP/s: the practical peak the model is
 /// compared with.
-fn gemm_peak(args: &FlopsArgs<'_>) -> Result<f64> {
+fn gemm_peak(args: &TextBenchArgs<'_>) -> Result<f64> {
     let mut peak: f64 = 0.0;
     for n in GEMM_SIZES {
         let gflops = gemm_gflops(n, args.kind)?;

@@ -29,7 +29,7 @@ use fleet_worker::stages::admission::tokenize::TextTokenizer;
 use fleet_worker::stages::engine::torch::TextModule;
 use fleet_worker::versions::repository;
 use measure::{measure, warm_up, Measured};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
 #[command(about = "Benchmarks of the fleet on the real models (CPU)")]
@@ -220,33 +220,12 @@ fn main() -> Result<()> {
             });
         }
         Command::Flops(args) => {
-            tch::set_num_threads(cli.common.threads);
-            tch::set_num_interop_threads(1);
-            println!("machine: {}", machine());
-            let precision = format!("{:?}", cli.common.precision).to_lowercase();
-            return flops_bench::run(&flops_bench::FlopsArgs {
-                repo: &cli.common.model_repo,
-                model: &cli.common.model,
-                corpus: &args.corpus,
-                kind: cli.common.precision.kind(),
-                precision: &precision,
-                threads: cli.common.threads,
-                list_parameters: args.list_parameters,
-            });
+            let precision = start_text_bench(&cli.common);
+            return flops_bench::run(&text_bench_args(&cli.common, &args.corpus, &precision), args.list_parameters);
         }
         Command::Shapes(args) => {
-            tch::set_num_threads(cli.common.threads);
-            tch::set_num_interop_threads(1);
-            println!("machine: {}", machine());
-            let precision = format!("{:?}", cli.common.precision).to_lowercase();
-            return shapes_bench::run(&shapes_bench::ShapesArgs {
-                repo: &cli.common.model_repo,
-                model: &cli.common.model,
-                corpus: &args.corpus,
-                kind: cli.common.precision.kind(),
-                precision: &precision,
-                threads: cli.common.threads,
-            });
+            let precision = start_text_bench(&cli.common);
+            return shapes_bench::run(&text_bench_args(&cli.common, &args.corpus, &precision));
         }
         _ => {}
     }
@@ -287,6 +266,26 @@ fn main() -> Result<()> {
         }
     }
     outcome
+}
+
+/// Sets the threads of a benchmark of the text model alone and names the
+/// machine; the precision's name.
+fn start_text_bench(common: &Common) -> String {
+    tch::set_num_threads(common.threads);
+    tch::set_num_interop_threads(1);
+    println!("machine: {}", machine());
+    format!("{:?}", common.precision).to_lowercase()
+}
+
+fn text_bench_args<'a>(common: &'a Common, corpus: &'a Path, precision: &'a str) -> flops_bench::TextBenchArgs<'a> {
+    flops_bench::TextBenchArgs {
+        repo: &common.model_repo,
+        model: &common.model,
+        corpus,
+        kind: common.precision.kind(),
+        precision,
+        threads: common.threads,
+    }
 }
 
 fn tokenize_all(tokenizer: &TextTokenizer, texts: &[String]) -> Result<Vec<Vec<i64>>> {

@@ -16,16 +16,12 @@
 //! `RESULT shapes precision=… threads=… shapes=… new_kib_per_shape=…
 //! seen_kib_per_shape=… seen_ms_per_batch=… onednn_cache=… lru_cache=…`.
 
-use crate::flops_bench::{max_rows, token_rows, Corpus};
+use crate::flops_bench::{max_rows, token_rows, Corpus, TextBench, TextBenchArgs};
 use anyhow::{Context, Result};
 use fleet_worker::heap;
-use fleet_worker::stages::admission::tokenize::TextTokenizer;
 use fleet_worker::stages::batch::bucket::BucketLimits;
 use fleet_worker::stages::engine::torch::TextModule;
-use fleet_worker::versions::repository;
-use std::path::Path;
 use std::time::Instant;
-use tch::{Device, Kind};
 
 /// The grid's padded lengths; the second grid's are 4 tokens longer.
 const LENGTHS: [usize; 12] = [8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128];
@@ -34,25 +30,8 @@ const SECOND_GRID_OFFSET: usize = 4;
 /// first calls set up thread pools and the executor's plans once.
 const WARM_SHAPES: [(usize, usize); 4] = [(1, 7), (2, 7), (1, 9), (3, 9)];
 
-pub struct ShapesArgs<'a> {
-    pub repo: &'a Path,
-    pub model: &'a fleet_proto::ModelName,
-    pub corpus: &'a Path,
-    pub kind: Kind,
-    pub precision: &'a str,
-    pub threads: i32,
-}
-
-pub fn run(args: &ShapesArgs<'_>) -> Result<()> {
-    let version = repository::resolve(args.repo, args.model)?;
-    let max_seq_len = version.config.text().context("a text model is needed")?.max_seq_len;
-    let tokenizer = TextTokenizer::load(&version.file("tokenizer.json"), max_seq_len, true)?;
-    let mut module = TextModule::for_version(&version, Device::Cpu)?;
-    if args.kind != Kind::Float {
-        module.convert(args.kind)?;
-    }
-    let corpus = Corpus::read(&tokenizer, args.corpus)?;
-    let limits = version.config.batching.limits(max_seq_len);
+pub fn run(args: &TextBenchArgs<'_>) -> Result<()> {
+    let TextBench { version, module, corpus, limits, max_seq_len } = TextBench::load(args)?;
     let setting = |name: &str| std::env::var(name).unwrap_or_else(|_| "default".to_owned());
     let (onednn_cache, lru_cache) = (setting("ONEDNN_PRIMITIVE_CACHE_CAPACITY"), setting("LRU_CACHE_CAPACITY"));
     println!(
