@@ -82,10 +82,9 @@ impl BatchStage {
                 Taken::Open => {}
                 Taken::Closed => open = false,
                 Taken::Handover(handover) => {
-                    if !self.take_over(&mut batcher, handover).await {
+                    if !self.take_over(&mut batcher, &mut speed, handover).await {
                         return;
                     }
-                    speed = self.speed_caps(&batcher);
                     continue;
                 }
             }
@@ -156,19 +155,23 @@ impl BatchStage {
                 _ = sleep_or_forever(wait) => None,
             };
             if let Some(handover) = handover {
-                if !self.take_over(&mut batcher, handover).await {
+                if !self.take_over(&mut batcher, &mut speed, handover).await {
                     return;
                 }
-                speed = self.speed_caps(&batcher);
             }
         }
     }
 
     /// Forms everything held into batches under the old version's limits
     /// and sends them, then takes the new version's limits (and the row
-    /// caps its warm-up found) and sends its handover on behind them; false
-    /// when a stage after it is gone.
-    async fn take_over(&mut self, batcher: &mut BucketBatcher<Job>, handover: Box<Handover>) -> bool {
+    /// caps its warm-up found, and a new measurement of its batch sizes) and
+    /// sends its handover on behind them; false when a stage after it is gone.
+    async fn take_over(
+        &mut self,
+        batcher: &mut BucketBatcher<Job>,
+        speed: &mut Option<SpeedCaps>,
+        handover: Box<Handover>,
+    ) -> bool {
         while !batcher.is_empty() {
             let Ok(permit) = self.batches.reserve().await else { return false };
             let now = now_ms();
@@ -188,6 +191,8 @@ impl BatchStage {
         }
         self.version = handover.version;
         *batcher = self.batcher(handover.limits.clone());
+        // The new version's batches are measured afresh.
+        *speed = self.speed_caps(batcher);
         for &(bucket, rows) in &handover.row_caps {
             batcher.cap_rows(bucket, rows);
         }

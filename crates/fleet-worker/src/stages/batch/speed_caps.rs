@@ -24,9 +24,9 @@
 //! is measured again only when they change (a device-memory cap, a new
 //! batch share: [`SpeedCaps::start_over`]). Caps only go down, like the
 //! device-memory caps they sit beside, until a new version's batcher starts
-//! without them. After
-//! any change of a bucket's most rows, its next [`SETTLING_BATCHES`] are not
-//! counted: they were formed under the old budgets.
+//! without them. After any change of a bucket's most rows, its next
+//! [`SETTLING_BATCHES`] are not counted: they were formed under the old
+//! budgets.
 //!
 //! Pure: the batch stage feeds it each batch's timing and applies the caps
 //! it returns.
