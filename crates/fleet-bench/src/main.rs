@@ -96,6 +96,11 @@ struct ShapesCommand {
     /// Real sentences the batches' token ids are cut from.
     #[arg(long, default_value = "scripts/demo-sentences.txt")]
     corpus: PathBuf,
+    /// The kernel caches' capacity, set in this process the way the worker
+    /// sets it (its --kernel-cache-capacity; `auto` is the worker's
+    /// default). `libtorch`: as the environment says.
+    #[arg(long, default_value = "libtorch")]
+    kernel_cache_capacity: fleet_worker::kernel_caches::KernelCacheCapacity,
 }
 
 #[derive(Args)]
@@ -224,6 +229,11 @@ fn main() -> Result<()> {
             return flops_bench::run(&text_bench_args(&cli.common, &args.corpus, &precision), args.list_parameters);
         }
         Command::Shapes(args) => {
+            fleet_worker::kernel_caches::apply_before_libtorch(
+                args.kernel_cache_capacity,
+                &cli.common.model_repo,
+                cli.common.model.as_str(),
+            );
             let precision = start_text_bench(&cli.common);
             return shapes_bench::run(&text_bench_args(&cli.common, &args.corpus, &precision));
         }

@@ -26,6 +26,7 @@
 //! (repository, lifecycle, the one load path, the watcher), [`status`]
 //! (probes, backlog and lag reports, drain rate, GPU memory), [`config`],
 //! [`metrics`], [`heap`] (the C heap's bytes in use, and its trim),
+//! [`kernel_caches`] (libtorch's per-shape kernel caches, bounded at start),
 //! [`serving`] (the version answers are tagged with),
 //! [`shutdown`] and [`guard`] (a panic stays one message's failure).
 
@@ -33,6 +34,7 @@ pub mod config;
 pub mod guard;
 pub mod heap;
 pub mod job;
+pub mod kernel_caches;
 pub mod metrics;
 pub mod serving;
 pub mod shutdown;

@@ -17,6 +17,11 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,librdkafka=warn".into()))
         .init();
     let args = WorkerArgs::parse();
+    fleet_worker::kernel_caches::apply_before_libtorch(
+        args.kernel_cache_capacity,
+        &args.model_repo,
+        args.model.as_str(),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(fleet_worker::worker::run(args, shutdown_signal()));
     // Not a plain drop: that waits for every blocking task to finish.

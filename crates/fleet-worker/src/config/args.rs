@@ -133,6 +133,14 @@ pub struct WorkerArgs {
     /// 0s: never (fleet_heap_in_use_bytes is still read every 30 s).
     #[arg(long, env = "FLEET_HEAP_TRIM_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub heap_trim_interval: std::time::Duration,
+    /// Entries in each of libtorch's kernel caches (oneDNN's and ideep's),
+    /// which keep the kernels planned per input shape: `auto` (64 for a
+    /// text model, whose batches bring ever new shapes; libtorch's 1 024
+    /// for an image model), `libtorch`, or a number. An
+    /// ONEDNN_PRIMITIVE_CACHE_CAPACITY or LRU_CACHE_CAPACITY already in
+    /// the environment stands (docs/operations.md).
+    #[arg(long, env = "FLEET_KERNEL_CACHE_CAPACITY", default_value = "auto")]
+    pub kernel_cache_capacity: crate::kernel_caches::KernelCacheCapacity,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
