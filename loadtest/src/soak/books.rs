@@ -86,9 +86,15 @@ pub fn latency_by_interval(records: &[Record], interval_s: f64) -> (IntervalSeri
     (p50, p99)
 }
 
+/// (seconds answered, ms end to end) of every `ok` answer: what the
+/// verdict pools into windows of its own length.
+pub fn ok_answers(records: &[Record]) -> Vec<(f64, f64)> {
+    records.iter().filter(|r| r.outcome == Outcome::Ok).filter_map(|r| Some((r.answered_s?, r.e2e_ms?))).collect()
+}
+
 /// The `q` quantile of sorted, non-empty `values`: the smallest value with
 /// at least a share `q` of them at or below it.
-fn nearest_rank(values: &[f64], q: f64) -> f64 {
+pub(crate) fn nearest_rank(values: &[f64], q: f64) -> f64 {
     let rank = (q * values.len() as f64).ceil() as usize;
     values[rank.clamp(1, values.len()) - 1]
 }
@@ -129,6 +135,7 @@ mod tests {
             record(Some(0), Outcome::Expired, Some(15.0), Some(9000.0)),
         ];
         let (p50, p99) = latency_by_interval(&records, 10.0);
+        assert_eq!(ok_answers(&records), [(1.0, 100.0), (9.0, 300.0), (25.0, 50.0)]);
         assert_eq!(p50.iter().map(|&(t, _)| t).collect::<Vec<_>>(), [0.0, 20.0]);
         assert_eq!((p50[0].1, p99[0].1, p99[1].1), (100.0, 300.0, 50.0));
         let hundred: Vec<f64> = (1..=100).map(f64::from).collect();

@@ -33,6 +33,9 @@ pub struct Judged {
     pub books: PartitionBooks,
     /// Requests computed twice where a kill forced it (not judged).
     pub forced_duplicates: u64,
+    /// The p99 rule at fault-free moments, texts then images: (judged,
+    /// failed). Not judged: it says how far the rule's verdicts hold.
+    pub fault_free: [(usize, usize); 2],
     pub result_line: String,
 }
 
@@ -46,10 +49,11 @@ impl Judged {
 /// Judges the soak and writes its folder.
 pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    // Each model's p50 and p99 per interval: the CSV, the plot and the verdict's.
+    // Each model's p50 and p99 per interval: the CSV and the plot.
     let latency = [(&outcome.text_model, &outcome.texts), (&outcome.image_model, &outcome.images)]
         .map(|(model, run)| (model, books::latency_by_interval(&run.records, about.interval_s)));
-    let judged = judge(about, outcome, &latency.each_ref().map(|(_, (_, p99))| p99.as_slice()));
+    let answers = [&outcome.texts, &outcome.images].map(|run| books::ok_answers(&run.records));
+    let judged = judge(about, outcome, &answers);
 
     let mut csv = String::from(CSV_HEADER);
     csv.push('\n');
@@ -80,8 +84,8 @@ pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged>
     Ok(judged)
 }
 
-/// `p99s`: each model's p99 per interval.
-fn judge(about: &About, outcome: &SoakOutcome, p99s: &[&[(f64, f64)]]) -> Judged {
+/// `answers`: each model's ok answers (seconds answered, ms), texts first.
+fn judge(about: &About, outcome: &SoakOutcome, answers: &[Vec<(f64, f64)>; 2]) -> Judged {
     let budgets = Budgets::default();
     let partitions = partition_books(outcome);
     let total = books::total(&partitions);
@@ -92,12 +96,17 @@ fn judge(about: &About, outcome: &SoakOutcome, p99s: &[&[(f64, f64)]]) -> Judged
             WorkerMemory::of(name, &rss, about.warm_up_s)
         })
         .collect();
+    let faults: Vec<Planned> = outcome.faults.iter().map(|f| f.as_happened()).collect();
     let mut recoveries = Vec::new();
-    for p99 in p99s {
-        for fault in &outcome.faults {
-            recoveries.push(verdict::recovery(p99, &fault.as_happened(), &budgets, about.interval_s));
+    for model_answers in answers {
+        for fault in &faults {
+            recoveries.push(verdict::recovery(model_answers, fault, &budgets, about.interval_s));
         }
     }
+    let end_s = outcome.samples.iter().map(|s| s.at_s).fold(0.0f64, f64::max);
+    let fault_free = answers
+        .each_ref()
+        .map(|a| verdict::fault_free_checks(a, &faults, &budgets, about.interval_s, (about.warm_up_s, end_s)));
     let dlq = outcome.texts.ledger.dlq + outcome.images.ledger.dlq;
     let duplicates = samples::duplicates(&outcome.samples, &outcome.initial_workers, &kill_windows(outcome));
 
@@ -129,7 +138,7 @@ fn judge(about: &About, outcome: &SoakOutcome, p99s: &[&[(f64, f64)]]) -> Judged
     }
     let verdict = Verdict { memory, recoveries, missing: total.missing, duplicates: duplicates.unforced, dlq, other };
     let result_line = verdict.result_line(&budgets);
-    Judged { verdict, budgets, books: total, forced_duplicates: duplicates.forced, result_line }
+    Judged { verdict, budgets, books: total, forced_duplicates: duplicates.forced, fault_free, result_line }
 }
 
 /// How long after a broker comes back its consumers may still read again
@@ -311,7 +320,18 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     }
     let _ = writeln!(
         md,
-        "| model | fault | at s | p99 before, ms | worst after, ms | back within {:.1}× after, s |",
+        "p99 is taken over the ok answers seen in the {:.0} s before a fault and in each {:.0} s window \
+         from its end (windows every {:.0} s, the last ending {:.0} s after the end); a fault is recovered \
+         from the first window back within {:.1}× after the last one over it.\n",
+        verdict::BEFORE_WINDOW_S,
+        verdict::AFTER_WINDOW_S,
+        about.interval_s,
+        b.p99_recovery_s,
+        b.p99_recovery_factor
+    );
+    let _ = writeln!(
+        md,
+        "| model | fault | at s | p99 before, ms | worst window, ms | back within {:.1}× from, s |",
         b.p99_recovery_factor
     );
     let _ = writeln!(md, "| --- | --- | ---: | ---: | ---: | ---: |");
@@ -332,6 +352,14 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
             ms(r.before_p99_ms),
             ms(r.worst_p99_ms)
         );
+    }
+    let _ = writeln!(
+        md,
+        "\nThe same rule at the minute marks of this run clear of every fault (a fault of no length placed there), to show \
+         how often it fails by chance:"
+    );
+    for (model, (judged_marks, failed)) in [&outcome.text_model, &outcome.image_model].iter().zip(judged.fault_free) {
+        let _ = writeln!(md, "- {model}: {failed} of {judged_marks} fault-free moments would fail");
     }
     let _ = writeln!(md, "\nEvery worker's samples: samples.csv; latency per interval: latency-<model>.csv.\n");
     let _ = writeln!(md, "```\n{}\n```", judged.result_line);

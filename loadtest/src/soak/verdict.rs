@@ -5,7 +5,7 @@
 //! Pure: the run hands in what it sampled and counted, this says which
 //! budgets broke and writes the `RESULT` line CI reads.
 
-use crate::soak::schedule::Planned;
+use crate::soak::schedule::{Fault, Planned};
 
 /// How far a soak may drift before it fails.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,10 +29,17 @@ impl Default for Budgets {
     }
 }
 
-/// The time before a fault whose interval p99s make its baseline: long
-/// enough that one slow interval does not move the median, short enough to
-/// stay clear of the previous fault's recovery.
-pub const BEFORE_WINDOW_S: f64 = 60.0;
+/// The answers before a fault whose p99 is its baseline: long enough to
+/// hold a thousand answers at the soak's rates, so one slow batch does not
+/// move it, and short enough to stay clear of the previous fault's
+/// recovery (faults come minutes apart).
+pub const BEFORE_WINDOW_S: f64 = 120.0;
+
+/// After a fault, p99 is taken over the answers of this long a window
+/// (windows start every sampling interval). One 10 s interval holds too
+/// few answers for a p99: at 9 texts a second its p99 is its slowest
+/// answer, and the rule then failed a fifth of fault-free moments.
+pub const AFTER_WINDOW_S: f64 = 30.0;
 
 /// Under this span of samples a slope per hour is noise: a model swap, a
 /// burst or an allocator returning memory moves RSS by more in minutes
@@ -82,15 +89,17 @@ pub fn rss_growth_pct_per_hour(samples: &[(f64, f64)], warm_up_s: f64) -> Option
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Recovery {
     pub fault: Planned,
-    /// The median interval p99 (ms) in the minute before the fault; `None`
-    /// when no ok answer was seen then (nothing to compare with).
+    /// The p99 (ms) of the ok answers seen in the [`BEFORE_WINDOW_S`]
+    /// before the fault; `None` when none was seen then (nothing to
+    /// compare with).
     pub before_p99_ms: Option<f64>,
-    /// Seconds after the fault ended until the first interval whose p99 <=
-    /// factor × before (`None`: not within the window). Counted to the
-    /// interval's start: 0 when the first interval after the end is back.
+    /// Seconds after the fault ended to the start of the first
+    /// [`AFTER_WINDOW_S`] window whose p99 <= factor × before, once the
+    /// last window over it has passed (`None`: not by the end of the
+    /// budget). 0 when the first window after the end is back.
     pub recovered_after_s: Option<f64>,
-    /// The highest interval p99 (ms) from the fault's start to the end of
-    /// the recovery window: how bad it got.
+    /// The highest window p99 (ms) from the fault's start to the end of the
+    /// recovery budget: how bad it got.
     pub worst_p99_ms: Option<f64>,
 }
 
@@ -101,7 +110,7 @@ impl Recovery {
     pub fn within(&self, budgets: &Budgets) -> bool {
         match (self.before_p99_ms, self.recovered_after_s) {
             (None, _) => true,
-            (Some(_), Some(after_s)) => after_s <= budgets.p99_recovery_s,
+            (Some(_), Some(after_s)) => after_s + AFTER_WINDOW_S <= budgets.p99_recovery_s + EPSILON_S,
             (Some(_), None) => false,
         }
     }
@@ -124,65 +133,98 @@ impl Recovery {
         };
         let back = format!("back within {}×", budgets.p99_recovery_factor);
         let outcome = match self.recovered_after_s {
-            Some(after_s) if after_s <= budgets.p99_recovery_s => format!("{back} after {after_s:.0} s"),
-            Some(after_s) => format!("{back} only after {after_s:.0} s (budget {:.0} s)", budgets.p99_recovery_s),
+            Some(after_s) if self.within(budgets) => format!("{back} from {after_s:.0} s after its end"),
+            Some(after_s) => format!("{back} only from {after_s:.0} s (budget {:.0} s)", budgets.p99_recovery_s),
             None => format!("not {back} in the {:.0} s after its end", budgets.p99_recovery_s),
         };
         format!("{head}: p99 {before:.0} ms before, worst {worst}, {outcome}")
     }
 }
 
-/// How p99 came back after `fault`. `p99` holds one interval's p99 (ms) of
-/// ok answers by the time answered: (interval start s, p99 ms), intervals
-/// `interval_s` long, in any order; an interval without ok answers is simply
-/// absent (so a stall shows as no recovery, not as a fast one).
+/// How p99 came back after `fault`. `answers`: (seconds answered, ms end to
+/// end) of each ok answer of one model, in any order.
 ///
-/// before = the median of the interval p99s in the 60 s before the fault
-/// starts (intervals that end by `at_s`). After: the intervals starting from
-/// the fault's end to `budgets.p99_recovery_s` after it. Recovered once the
-/// last of them over `factor × before` has passed and a later one is within
-/// it: a fault whose spike comes late (a swapped-in version's first
-/// batches, a rebalance seconds after a join) is judged by that spike, not
-/// by a calm interval before it. An interval straddling the end holds
-/// answers from during the fault, so it does not count.
-pub fn recovery(p99: &[(f64, f64)], fault: &Planned, budgets: &Budgets, interval_s: f64) -> Recovery {
-    let intervals = || p99.iter().copied().filter(|&(start_s, ms)| start_s.is_finite() && ms.is_finite());
-    let mut before: Vec<f64> = intervals()
-        .filter(|&(start_s, _)| {
-            start_s >= fault.at_s - BEFORE_WINDOW_S - EPSILON_S && start_s + interval_s <= fault.at_s + EPSILON_S
-        })
-        .map(|(_, ms)| ms)
-        .collect();
-    let before_p99_ms = median(&mut before);
+/// before = the p99 of the answers seen in the [`BEFORE_WINDOW_S`] before
+/// the fault starts. After: windows [`AFTER_WINDOW_S`] long, starting at
+/// the fault's end and every `step_s` after, the last ending
+/// `budgets.p99_recovery_s` after the end. Recovered from the first window
+/// after the last one whose p99 is over `factor × before` (a window
+/// without answers is over: a stall does not pass), so a fault whose spike
+/// comes late (a swapped-in version's first batches, a rebalance seconds
+/// after a join) is judged by that spike, not by a calm window before it.
+pub fn recovery(answers: &[(f64, f64)], fault: &Planned, budgets: &Budgets, step_s: f64) -> Recovery {
+    let before_p99_ms = window_p99(answers, fault.at_s - BEFORE_WINDOW_S, fault.at_s);
     let ends_s = fault.ends_s();
-    let search_until_s = ends_s + budgets.p99_recovery_s;
+    let last_start_s = ends_s + budgets.p99_recovery_s - AFTER_WINDOW_S;
+    let after_windows = window_starts(ends_s, last_start_s, step_s);
     let recovered_after_s = before_p99_ms.and_then(|before| {
         let limit_ms = before * budgets.p99_recovery_factor;
-        let mut after: Vec<(f64, f64)> = intervals()
-            .filter(|&(start_s, _)| start_s >= ends_s - EPSILON_S && start_s <= search_until_s + EPSILON_S)
-            .collect();
-        after.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let first_calm = match after.iter().rposition(|&(_, ms)| ms > limit_ms) {
-            Some(last_over) => after.get(last_over + 1)?,
-            None => after.first()?,
+        let calm =
+            |start_s: f64| window_p99(answers, start_s, start_s + AFTER_WINDOW_S).is_some_and(|ms| ms <= limit_ms);
+        let first_calm = match after_windows.iter().rposition(|&start_s| !calm(start_s)) {
+            Some(last_over) => *after_windows.get(last_over + 1)?,
+            None => *after_windows.first()?,
         };
-        Some((first_calm.0 - ends_s).max(0.0))
+        Some(first_calm - ends_s)
     });
-    let worst_p99_ms = intervals()
-        .filter(|&(start_s, _)| start_s + interval_s > fault.at_s + EPSILON_S && start_s <= search_until_s + EPSILON_S)
-        .map(|(_, ms)| ms)
+    let worst_p99_ms = window_starts(fault.at_s, last_start_s, step_s)
+        .into_iter()
+        .filter_map(|start_s| window_p99(answers, start_s, start_s + AFTER_WINDOW_S))
         .max_by(f64::total_cmp);
     Recovery { fault: *fault, before_p99_ms, recovered_after_s, worst_p99_ms }
 }
 
-fn median(values: &mut [f64]) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    match values.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(values[middle]),
-        _ => Some((values[middle - 1] + values[middle]) / 2.0),
+/// `from_s`, `from_s + step_s`, … up to `last_s` (just `from_s` when
+/// `last_s` is before it: a budget shorter than a window).
+fn window_starts(from_s: f64, last_s: f64, step_s: f64) -> Vec<f64> {
+    let count = ((last_s - from_s) / step_s + EPSILON_S).floor().max(0.0) as usize + 1;
+    (0..count).map(|i| from_s + i as f64 * step_s).collect()
+}
+
+/// The p99 (nearest rank) of the answers seen in `[from_s, to_s)`; `None`
+/// without any.
+fn window_p99(answers: &[(f64, f64)], from_s: f64, to_s: f64) -> Option<f64> {
+    let mut latencies: Vec<f64> = answers
+        .iter()
+        .filter(|&&(at_s, ms)| at_s >= from_s && at_s < to_s && ms.is_finite())
+        .map(|&(_, ms)| ms)
+        .collect();
+    if latencies.is_empty() {
+        return None;
     }
+    latencies.sort_by(f64::total_cmp);
+    Some(super::books::nearest_rank(&latencies, 0.99))
+}
+
+/// The rule of [`recovery`] applied where nothing happened: a fault of no
+/// length at each minute mark within `span_s` whose baseline and recovery
+/// budget are clear of every fault's own. How often it fails there says how
+/// far its verdicts on real faults can be trusted; the report prints it.
+/// Returns (judged, failed).
+pub fn fault_free_checks(
+    answers: &[(f64, f64)],
+    faults: &[Planned],
+    budgets: &Budgets,
+    step_s: f64,
+    span_s: (f64, f64),
+) -> (usize, usize) {
+    const EVERY_S: f64 = 60.0;
+    let (from_s, to_s) = span_s;
+    let clear = |t: f64| {
+        let (reach_from_s, reach_to_s) = (t - BEFORE_WINDOW_S, t + budgets.p99_recovery_s);
+        faults.iter().all(|f| f.ends_s() + budgets.p99_recovery_s <= reach_from_s || f.at_s >= reach_to_s)
+    };
+    let judged: Vec<Recovery> = window_starts(from_s + BEFORE_WINDOW_S, to_s - budgets.p99_recovery_s, EVERY_S)
+        .into_iter()
+        .filter(|&t| t + budgets.p99_recovery_s <= to_s && clear(t))
+        .map(|t| {
+            // Its kind is not read: only whether latency stayed within.
+            let nothing = Planned { fault: Fault::Burst, at_s: t, lasts_s: 0.0 };
+            recovery(answers, &nothing, budgets, step_s)
+        })
+        .filter(Recovery::judged)
+        .collect();
+    (judged.len(), judged.iter().filter(|r| !r.within(budgets)).count())
 }
 
 /// One worker process's memory over the run.
@@ -355,75 +397,82 @@ mod tests {
         Planned { fault: Fault::BrokerRestart, at_s: 120.0, lasts_s: 20.0 }
     }
 
-    /// 10 s intervals from 0 to 300 s: 100 ms, except as `overrides` say
-    /// (`None`: no ok answer in that interval).
-    fn p99(overrides: &[(f64, Option<f64>)]) -> Vec<(f64, f64)> {
+    /// Ten ok answers in each 10 s interval from 0 to 300 s, 100 ms each,
+    /// except as `overrides` say for the interval starting there (`None`:
+    /// no answer in it; `Some(ms)`: all ten took `ms`).
+    fn answers(overrides: &[(f64, Option<f64>)]) -> Vec<(f64, f64)> {
         (0..30)
             .map(|i| i as f64 * 10.0)
-            .filter_map(|start| match overrides.iter().find(|(at, _)| *at == start) {
-                Some(&(_, ms)) => ms.map(|ms| (start, ms)),
-                None => Some((start, 100.0)),
+            .flat_map(|start| {
+                let ms = match overrides.iter().find(|(at, _)| *at == start) {
+                    Some(&(_, ms)) => ms,
+                    None => Some(100.0),
+                };
+                (0..10).filter_map(move |k| ms.map(|ms| (start + 0.5 + k as f64, ms)))
             })
             .collect()
     }
 
     #[test]
-    fn recovery_is_the_first_interval_back_within_the_factor_after_the_last_over_it() {
+    fn recovery_is_the_first_window_back_within_the_factor_after_the_last_over_it() {
         // Fault 120..140: nothing answered during it, a slow backlog after,
-        // 130 ms (over 1.2 × 100) at 150, 115 ms at 160.
+        // 130 ms (over 1.2 × 100) at 150, 115 ms at 160. The 30 s windows
+        // from 140 and 150 hold a slow interval; the one from 160 is back.
         let series =
-            p99(&[(120.0, None), (130.0, None), (140.0, Some(900.0)), (150.0, Some(130.0)), (160.0, Some(115.0))]);
+            answers(&[(120.0, None), (130.0, None), (140.0, Some(900.0)), (150.0, Some(130.0)), (160.0, Some(115.0))]);
         let recovery = recovery(&series, &broker_restart(), &Budgets::default(), 10.0);
         assert_eq!(recovery.before_p99_ms, Some(100.0));
         assert_eq!(recovery.recovered_after_s, Some(20.0));
         assert_eq!(recovery.worst_p99_ms, Some(900.0));
         assert!(recovery.judged());
         assert!(recovery.within(&Budgets::default()));
-        assert!(!recovery.within(&Budgets { p99_recovery_s: 10.0, ..Budgets::default() }));
+        // A 40 s budget ends with the window from 150: still slow.
+        assert!(!recovery.within(&Budgets { p99_recovery_s: 40.0, ..Budgets::default() }));
     }
 
     #[test]
     fn a_late_spike_is_what_recovery_is_judged_by() {
         // Calm at 140 and 150, the spike at 160 (a swapped-in version's
-        // first batches), calm again from 170.
-        let series = p99(&[(160.0, Some(600.0))]);
+        // first batches), calm again from 170: the window from 170 is the
+        // last, ending 60 s after the fault's end.
+        let series = answers(&[(160.0, Some(600.0))]);
         let recovery = recovery(&series, &broker_restart(), &Budgets::default(), 10.0);
         assert_eq!(recovery.recovered_after_s, Some(30.0));
         assert_eq!(recovery.worst_p99_ms, Some(600.0));
+        assert!(recovery.within(&Budgets::default()));
+        // One interval later and no window after it is left in the budget.
+        let later = super::recovery(&answers(&[(170.0, Some(600.0))]), &broker_restart(), &Budgets::default(), 10.0);
+        assert_eq!(later.recovered_after_s, None);
     }
 
     #[test]
-    fn the_baseline_is_the_median_of_the_minute_before() {
-        // 60..110: 90, 100, 100, 200, 110, 100 → median 100. 50 and the
-        // interval holding the fault's start are not in it.
-        let series = p99(&[
-            (50.0, Some(5000.0)),
-            (60.0, Some(90.0)),
-            (90.0, Some(200.0)),
-            (100.0, Some(110.0)),
-            (120.0, Some(5000.0)),
-        ]);
+    fn the_baseline_is_the_p99_of_the_answers_in_the_two_minutes_before() {
+        // 120 answers of 100 ms in 0..120, one of them 5 000 ms: the p99
+        // (the 119th of 120) is 100, where a per-interval rule would see 5 000.
+        let mut series = answers(&[(120.0, Some(5000.0))]);
+        series[55].1 = 5000.0;
         let recovery = recovery(&series, &broker_restart(), &Budgets::default(), 10.0);
         assert_eq!(recovery.before_p99_ms, Some(100.0));
-        // The interval at 140 starts at the fault's end and is back.
-        assert_eq!(recovery.recovered_after_s, Some(0.0));
-        assert_eq!(recovery.worst_p99_ms, Some(5000.0));
-        assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), Some(2.5));
-        assert_eq!(median(&mut []), None);
+        // Two slow answers in it are over 1 %: the baseline is then slow.
+        series[56].1 = 5000.0;
+        let slow_before = super::recovery(&series, &broker_restart(), &Budgets::default(), 10.0);
+        assert_eq!(slow_before.before_p99_ms, Some(5000.0));
+        // What came before the two minutes is not in it.
+        let shifted = Planned { at_s: 300.0, lasts_s: 0.0, ..broker_restart() };
+        assert_eq!(super::recovery(&series, &shifted, &Budgets::default(), 10.0).before_p99_ms, Some(100.0));
     }
 
     #[test]
     fn recovery_is_none_when_p99_stays_high_past_the_window() {
         // Still 500 ms up to 200 (60 s after the end at 140); back at 210.
         let slow: Vec<(f64, Option<f64>)> = (12..=20).map(|i| (i as f64 * 10.0, Some(500.0))).collect();
-        let series = p99(&slow);
-        let recovery = recovery(&series, &broker_restart(), &Budgets::default(), 10.0);
+        let recovery = recovery(&answers(&slow), &broker_restart(), &Budgets::default(), 10.0);
         assert_eq!(recovery.before_p99_ms, Some(100.0));
         assert_eq!(recovery.recovered_after_s, None);
         assert!(!recovery.within(&Budgets::default()));
         // A stall (no ok answer at all after the fault) does not recover either.
         let stalled: Vec<(f64, Option<f64>)> = (12..30).map(|i| (i as f64 * 10.0, None)).collect();
-        let recovery = super::recovery(&p99(&stalled), &broker_restart(), &Budgets::default(), 10.0);
+        let recovery = super::recovery(&answers(&stalled), &broker_restart(), &Budgets::default(), 10.0);
         assert_eq!((recovery.recovered_after_s, recovery.worst_p99_ms), (None, None));
         assert!(!recovery.within(&Budgets::default()));
     }
@@ -431,12 +480,30 @@ mod tests {
     #[test]
     fn without_a_baseline_a_fault_is_not_judged() {
         let quiet_before: Vec<(f64, Option<f64>)> = (0..12).map(|i| (i as f64 * 10.0, None)).collect();
-        let recovery = recovery(&p99(&quiet_before), &broker_restart(), &Budgets::default(), 10.0);
+        let recovery = recovery(&answers(&quiet_before), &broker_restart(), &Budgets::default(), 10.0);
         assert_eq!(recovery.before_p99_ms, None);
         assert_eq!(recovery.recovered_after_s, None);
         assert!(!recovery.judged());
         assert!(recovery.within(&Budgets::default()));
         assert!(recovery.summary(&Budgets::default()).contains("not judged"));
+    }
+
+    #[test]
+    fn fault_free_checks_judge_the_minute_marks_clear_of_faults() {
+        // Steady answers over 0..1000 s and one fault at 500..510: the marks
+        // 120..420 and 720..900 are clear of it (6 + 4).
+        let steady: Vec<(f64, f64)> = (0..10_000).map(|i| (i as f64 * 0.1, 100.0)).collect();
+        let fault = Planned { fault: Fault::RedisFreeze, at_s: 500.0, lasts_s: 10.0 };
+        let budgets = Budgets::default();
+        assert_eq!(fault_free_checks(&steady, &[fault], &budgets, 10.0, (0.0, 1000.0)), (10, 0));
+        // Slow answers in 810..840 are the last window after the mark at
+        // 780: that one fails; the marks after it take them into their
+        // baseline, which 30 of 120 s of slow answers make slow.
+        let mut slow = steady.clone();
+        for answer in slow.iter_mut().filter(|(t, _)| (810.0..840.0).contains(t)) {
+            answer.1 = 600.0;
+        }
+        assert_eq!(fault_free_checks(&slow, &[fault], &budgets, 10.0, (0.0, 1000.0)), (10, 1));
     }
 
     fn worker(name: &str, growth: Option<f64>) -> WorkerMemory {
