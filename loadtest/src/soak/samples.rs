@@ -33,11 +33,16 @@ pub struct Sample {
     pub heap_in_use_bytes: f64,
     /// Seconds the worker's heap trims have taken since it started.
     pub heap_trim_seconds: f64,
+    /// The engine's settings now (tuned under a backlog unless fixed): a
+    /// change of speed after a burst shows whether tuning moved them.
+    pub intra_op_threads: f64,
+    pub batch_percent: f64,
 }
 
 /// The columns of samples.csv, in [`Sample::csv_row`]'s order.
 pub const CSV_HEADER: &str = "at_s,worker,rss_bytes,cpu_seconds,open_fds,threads,in_flight,prefetch_bytes,\
-prefetch_messages,reply_queue,rebalances,answers,duplicate_answers,model_version,load_failures,started_s,heap_in_use_bytes,heap_trim_seconds";
+prefetch_messages,reply_queue,rebalances,answers,duplicate_answers,model_version,load_failures,started_s,heap_in_use_bytes,heap_trim_seconds,\
+intra_op_threads,batch_percent";
 
 impl Sample {
     pub fn from_scrape(at_s: f64, worker: &str, scrape: &str) -> Self {
@@ -61,12 +66,14 @@ impl Sample {
             started_s: value("process_start_time_seconds"),
             heap_in_use_bytes: value("fleet_heap_in_use_bytes"),
             heap_trim_seconds: value("fleet_heap_trim_seconds_sum"),
+            intra_op_threads: value("fleet_engine_intra_op_threads"),
+            batch_percent: value("fleet_engine_batch_percent"),
         }
     }
 
     pub fn csv_row(&self) -> String {
         format!(
-            "{:.1},{},{:.0},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.4}",
+            "{:.1},{},{:.0},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.4},{:.0},{:.0}",
             self.at_s,
             self.worker,
             self.rss_bytes,
@@ -84,7 +91,9 @@ impl Sample {
             self.load_failures,
             self.started_s,
             self.heap_in_use_bytes,
-            self.heap_trim_seconds
+            self.heap_trim_seconds,
+            self.intra_op_threads,
+            self.batch_percent
         )
     }
 }
@@ -180,6 +189,8 @@ fleet_model_version{model=\"minilm\"} 2
 fleet_heap_in_use_bytes{model=\"minilm\"} 400000000
 fleet_heap_trim_seconds_sum{model=\"minilm\"} 0.25
 fleet_heap_trim_seconds_count{model=\"minilm\"} 20
+fleet_engine_intra_op_threads{model=\"minilm\"} 2
+fleet_engine_batch_percent{model=\"minilm\"} 25
 ";
 
     #[test]
@@ -189,6 +200,7 @@ fleet_heap_trim_seconds_count{model=\"minilm\"} 20
         assert_eq!((s.in_flight, s.prefetch_bytes, s.rebalances), (8.0, 1500.0, 4.0));
         assert_eq!((s.answers, s.duplicate_answers, s.model_version), (100.0, 3.0, 2.0));
         assert_eq!((s.heap_in_use_bytes, s.heap_trim_seconds), (4e8, 0.25));
+        assert_eq!((s.intra_op_threads, s.batch_percent), (2.0, 25.0));
         assert_eq!(s.csv_row().split(',').count(), CSV_HEADER.split(',').count());
     }
 
