@@ -1,17 +1,19 @@
 //! How many planned kernels libtorch may keep, set before it starts.
 //!
 //! libtorch keeps the kernels it plans for each input shape in two caches:
-//! oneDNN's (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`) and, for bf16, ideep's
-//! (`LRU_CACHE_CAPACITY`), 1 024 entries each by default. Both read their
-//! capacity from the environment once, at their first use, so the worker
+//! oneDNN's (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, one per process) and, for
+//! bf16, ideep's (`LRU_CACHE_CAPACITY`, one per thread that plans: the
+//! engine's, and the warm-up's), 1 024 entries each by default. Both read
+//! their capacity from the environment at their first use, so the worker
 //! sets it before any libtorch work and before any other thread exists.
 //!
 //! A text batch's shape is its rows × its longest text, so a text worker
 //! meets new shapes for as long as it runs and its heap climbs until both
 //! caches are full: in bf16 about 490 KiB a new shape, 440 MiB over a
-//! 25-minute soak on a Zen 4 EPYC. 64 entries each held 26 MiB there, and
-//! each batch took 1.00–1.06× as long (docs/benchmarks.md, "What libtorch
-//! keeps per batch shape"): the layers of one batch share their shapes. An
+//! 25-minute soak on a Zen 4 EPYC. In `make bench-shapes` on that CPU, 64
+//! entries each held 26 MiB and each batch took 1.00–1.06× as long
+//! (docs/benchmarks.md, "What libtorch keeps per batch shape"): the layers
+//! of one batch share their shapes. An
 //! image model's shapes are few (its batch sizes) and its heap does not
 //! climb, while each of its batches plans kernels for dozens of layers, so
 //! a small bound could make every batch plan again: it keeps libtorch's
@@ -22,6 +24,9 @@ use std::path::Path;
 
 /// oneDNN's cache of planned primitives.
 pub const ONEDNN_CAPACITY_VAR: &str = "ONEDNN_PRIMITIVE_CACHE_CAPACITY";
+/// The same setting under oneDNN's older name, which it still reads (after
+/// the new one): an operator's value under either stands.
+const ONEDNN_CAPACITY_OLD_VAR: &str = "DNNL_PRIMITIVE_CACHE_CAPACITY";
 /// ideep's cache (libtorch's layer over oneDNN, used in bf16).
 pub const IDEEP_CAPACITY_VAR: &str = "LRU_CACHE_CAPACITY";
 /// Entries per cache for a text model under `auto`: the measured bound.
@@ -71,7 +76,7 @@ pub enum CacheSetting {
 /// The plan for both caches. `kind` is the model's kind where its
 /// config.toml could be read (`None`: `auto` leaves the defaults, since a
 /// bound sized for text could slow an image model); `env` reads the
-/// environment.
+/// environment (an empty value counts as unset, as the libraries read it).
 pub fn plan(
     capacity: KernelCacheCapacity,
     kind: Option<ModelKind>,
@@ -82,10 +87,17 @@ pub fn plan(
         (KernelCacheCapacity::Auto, Some(ModelKind::Text)) => Some(TEXT_MODEL_ENTRIES),
         (KernelCacheCapacity::Auto, _) | (KernelCacheCapacity::Libtorch, _) => None,
     };
+    let set = |var: &str| env(var).filter(|value| !value.is_empty());
+    let operators = |var: &'static str| match var {
+        ONEDNN_CAPACITY_VAR => set(var)
+            .map(|value| (var, value))
+            .or_else(|| set(ONEDNN_CAPACITY_OLD_VAR).map(|value| (ONEDNN_CAPACITY_OLD_VAR, value))),
+        _ => set(var).map(|value| (var, value)),
+    };
     [ONEDNN_CAPACITY_VAR, IDEEP_CAPACITY_VAR]
         .into_iter()
-        .map(|var| match (env(var), entries) {
-            (Some(value), _) => CacheSetting::Kept { var, value },
+        .map(|var| match (operators(var), entries) {
+            (Some((var, value)), _) => CacheSetting::Kept { var, value },
             (None, Some(entries)) => CacheSetting::Set { var, entries },
             (None, None) => CacheSetting::Default { var },
         })
@@ -165,6 +177,23 @@ mod tests {
             plan,
             vec![
                 CacheSetting::Kept { var: ONEDNN_CAPACITY_VAR, value: "0".into() },
+                CacheSetting::Set { var: IDEEP_CAPACITY_VAR, entries: 64 },
+            ]
+        );
+    }
+
+    #[test]
+    fn onednn_s_older_name_stands_too_and_an_empty_value_is_unset() {
+        let env = |var: &str| match var {
+            "DNNL_PRIMITIVE_CACHE_CAPACITY" => Some("8".to_string()),
+            "LRU_CACHE_CAPACITY" => Some(String::new()),
+            _ => None,
+        };
+        let plan = plan(KernelCacheCapacity::Auto, Some(ModelKind::Text), env);
+        assert_eq!(
+            plan,
+            vec![
+                CacheSetting::Kept { var: "DNNL_PRIMITIVE_CACHE_CAPACITY", value: "8".into() },
                 CacheSetting::Set { var: IDEEP_CAPACITY_VAR, entries: 64 },
             ]
         );
