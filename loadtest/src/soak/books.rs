@@ -72,8 +72,7 @@ pub type IntervalSeries = Vec<(f64, f64)>;
 /// each, hundreds of MB over a day.
 pub fn latency_by_interval(records: &[Record], interval_s: f64) -> (IntervalSeries, IntervalSeries) {
     let mut intervals: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
-    for record in records.iter().filter(|r| r.outcome == Outcome::Ok) {
-        let (Some(at), Some(ms)) = (record.answered_s, record.e2e_ms) else { continue };
+    for (at, ms) in ok_answers(records) {
         intervals.entry((at / interval_s).floor() as u64).or_default().push(ms);
     }
     let (mut p50, mut p99) = (Vec::with_capacity(intervals.len()), Vec::with_capacity(intervals.len()));

@@ -10,7 +10,7 @@ use super::plot;
 use super::run::SoakOutcome;
 use super::samples::{self, CSV_HEADER};
 use super::schedule::Planned;
-use super::verdict::{self, Budgets, Verdict, WorkerMemory};
+use super::verdict::{self, Answers, Budgets, Verdict, WorkerMemory};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -52,7 +52,7 @@ pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged>
     // Each model's p50 and p99 per interval: the CSV and the plot.
     let latency = [(&outcome.text_model, &outcome.texts), (&outcome.image_model, &outcome.images)]
         .map(|(model, run)| (model, books::latency_by_interval(&run.records, about.interval_s)));
-    let answers = [&outcome.texts, &outcome.images].map(|run| books::ok_answers(&run.records));
+    let answers = [&outcome.texts, &outcome.images].map(|run| Answers::new(books::ok_answers(&run.records)));
     let judged = judge(about, outcome, &answers);
 
     let mut csv = String::from(CSV_HEADER);
@@ -85,7 +85,7 @@ pub fn write(dir: &Path, about: &About, outcome: &SoakOutcome) -> Result<Judged>
 }
 
 /// `answers`: each model's ok answers (seconds answered, ms), texts first.
-fn judge(about: &About, outcome: &SoakOutcome, answers: &[Vec<(f64, f64)>; 2]) -> Judged {
+fn judge(about: &About, outcome: &SoakOutcome, answers: &[Answers; 2]) -> Judged {
     let budgets = Budgets::default();
     let partitions = partition_books(outcome);
     let total = books::total(&partitions);
@@ -100,13 +100,12 @@ fn judge(about: &About, outcome: &SoakOutcome, answers: &[Vec<(f64, f64)>; 2]) -
     let mut recoveries = Vec::new();
     for model_answers in answers {
         for fault in &faults {
-            recoveries.push(verdict::recovery(model_answers, fault, &budgets, about.interval_s));
+            recoveries.push(verdict::recovery(model_answers, fault, &budgets));
         }
     }
     let end_s = outcome.samples.iter().map(|s| s.at_s).fold(0.0f64, f64::max);
-    let fault_free = answers
-        .each_ref()
-        .map(|a| verdict::fault_free_checks(a, &faults, &budgets, about.interval_s, (about.warm_up_s, end_s)));
+    let fault_free =
+        answers.each_ref().map(|a| verdict::fault_free_checks(a, &faults, &budgets, about.warm_up_s, end_s));
     let dlq = outcome.texts.ledger.dlq + outcome.images.ledger.dlq;
     let duplicates = samples::duplicates(&outcome.samples, &outcome.initial_workers, &kill_windows(outcome));
 
@@ -325,7 +324,7 @@ fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
          from the first window back within {:.1}× after the last one over it.\n",
         verdict::BEFORE_WINDOW_S,
         verdict::AFTER_WINDOW_S,
-        about.interval_s,
+        verdict::AFTER_WINDOW_STEP_S,
         b.p99_recovery_s,
         b.p99_recovery_factor
     );
