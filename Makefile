@@ -47,7 +47,8 @@ bench-flops:
 	bash -c 'source scripts/env.sh && "$$FLEET_BIN_DIR/fleet-bench" flops'
 
 # The heap bytes the text model keeps per new batch shape, in each precision,
-# with libtorch's kernel caches at their defaults and off (about 8 minutes).
+# with libtorch's kernel caches at their defaults, off, and bounded as a text
+# worker bounds them (about 10 minutes).
 bench-shapes:
 	bash scripts/bench-shapes.sh
 
