@@ -304,4 +304,15 @@ mod tests {
         fleet.send(&model, &Request::text(RequestId::parse("one").unwrap(), "a sentence")).await.unwrap();
         assert!(Arc::ptr_eq(&before, &fleet.current()));
     }
+
+    #[test]
+    fn reconnects_back_off_a_second_unless_the_operator_says_otherwise() {
+        const KEY: &str = "reconnect.backoff.max.ms";
+        let ours = FleetProducer::new(&KafkaConfig::new("127.0.0.1:1"), "test").unwrap();
+        assert_eq!(ours.client_config.get(KEY), Some("1000"));
+        let mut kafka = KafkaConfig::new("127.0.0.1:1");
+        kafka.extra.push((KEY.to_owned(), "5000".to_owned()));
+        let theirs = FleetProducer::new(&kafka, "test").unwrap();
+        assert_eq!(theirs.client_config.get(KEY), Some("5000"));
+    }
 }
