@@ -87,19 +87,21 @@ pub fn plan(
         (KernelCacheCapacity::Auto, Some(ModelKind::Text)) => Some(TEXT_MODEL_ENTRIES),
         (KernelCacheCapacity::Auto, _) | (KernelCacheCapacity::Libtorch, _) => None,
     };
-    let set = |var: &str| env(var).filter(|value| !value.is_empty());
-    let operators = |var: &'static str| match var {
-        ONEDNN_CAPACITY_VAR => set(var)
-            .map(|value| (var, value))
-            .or_else(|| set(ONEDNN_CAPACITY_OLD_VAR).map(|value| (ONEDNN_CAPACITY_OLD_VAR, value))),
-        _ => set(var).map(|value| (var, value)),
-    };
-    [ONEDNN_CAPACITY_VAR, IDEEP_CAPACITY_VAR]
+    // Each cache: the variable the worker sets, then every name the
+    // library reads it under, in the library's order.
+    let caches: [(&'static str, &[&'static str]); 2] = [
+        (ONEDNN_CAPACITY_VAR, &[ONEDNN_CAPACITY_VAR, ONEDNN_CAPACITY_OLD_VAR]),
+        (IDEEP_CAPACITY_VAR, &[IDEEP_CAPACITY_VAR]),
+    ];
+    caches
         .into_iter()
-        .map(|var| match (operators(var), entries) {
-            (Some((var, value)), _) => CacheSetting::Kept { var, value },
-            (None, Some(entries)) => CacheSetting::Set { var, entries },
-            (None, None) => CacheSetting::Default { var },
+        .map(|(var, names)| {
+            let operators = names.iter().find_map(|&name| env(name).filter(|v| !v.is_empty()).map(|v| (name, v)));
+            match (operators, entries) {
+                (Some((var, value)), _) => CacheSetting::Kept { var, value },
+                (None, Some(entries)) => CacheSetting::Set { var, entries },
+                (None, None) => CacheSetting::Default { var },
+            }
         })
         .collect()
 }
