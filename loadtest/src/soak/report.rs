@@ -103,7 +103,7 @@ fn judge(about: &About, outcome: &SoakOutcome, answers: &[Answers; 2]) -> Judged
             recoveries.push(verdict::recovery(model_answers, fault, &budgets));
         }
     }
-    let end_s = outcome.samples.iter().map(|s| s.at_s).fold(0.0f64, f64::max);
+    let end_s = last_sample_s(outcome);
     let fault_free =
         answers.each_ref().map(|a| verdict::fault_free_checks(a, &faults, &budgets, about.warm_up_s, end_s));
     let dlq = outcome.texts.ledger.dlq + outcome.images.ledger.dlq;
@@ -187,13 +187,18 @@ fn time_trimming(series: &[&super::samples::Sample]) -> String {
     format!("{:.3}", 100.0 * spent / over)
 }
 
+/// When the last sample was taken: where the run's load ended.
+fn last_sample_s(outcome: &SoakOutcome) -> f64 {
+    outcome.samples.iter().map(|s| s.at_s).fold(0.0f64, f64::max)
+}
+
 fn mib(bytes: f64) -> f64 {
     bytes / (1024.0 * 1024.0)
 }
 
 fn markdown(about: &About, outcome: &SoakOutcome, judged: &Judged) -> String {
     let mut md = String::new();
-    let end_s = outcome.samples.iter().map(|s| s.at_s).fold(0.0f64, f64::max);
+    let end_s = last_sample_s(outcome);
     let _ = writeln!(md, "# Soak report\n");
     let _ = writeln!(md, "- machine: {}", about.machine);
     let _ = writeln!(md, "- command: `{}`", about.command);
