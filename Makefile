@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make setup && make demo`, and `make test`.
-.PHONY: setup demo test up down soak test-deploy bench-batching bench-pipeline bench-threads bench-peer bench-precision bench-flops bench-shapes bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes gpu-bundle gpu-check fmt lint
+.PHONY: setup demo test up down soak test-deploy bench-batching bench-pipeline bench-threads bench-peer bench-precision bench-flops bench-shapes bench-redis bench-image-decode bench-image-burst record-burst-lag loadtest drills bench-admission bench-lanes bench-bulk-answers gpu-bundle gpu-check fmt lint
 
 setup:
 	bash scripts/setup.sh
@@ -91,6 +91,13 @@ bench-admission:
 bench-lanes:
 	mkdir -p loadtest-report
 	bash -c 'set -o pipefail; source scripts/env.sh && export FLEET_MODEL_REPO=$$PWD/models && "$$FLEET_BIN_DIR/loadtest" lanes 2>&1 | tee loadtest-report/bench-lanes.txt'
+
+# A real backfill of 100 000 texts sent and collected with `fleet-produce
+# bulk --out` beside interactive load, against the same backfill with its
+# answers in Redis, then with kills (docs/benchmarks.md; about 40 minutes on
+# 2 cores). BULK_ANSWERS_ARGS: further flags (default --faults).
+bench-bulk-answers:
+	bash scripts/bench-bulk-answers.sh
 
 # A burst's consumer lag, recorded and replayed through the HPA (docs/autoscaling.md).
 record-burst-lag:

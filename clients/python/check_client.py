@@ -11,8 +11,11 @@ with the reason on the first check that fails; prints one line per check.
 """
 
 import argparse
+import json
 import math
+import os
 import sys
+import tempfile
 import time
 
 import redis
@@ -24,7 +27,9 @@ from fleet_client import (
     DEFAULT_CANCEL_KEEP_S,
     EVENT_TYPE,
     JOB_HEADER,
+    OK,
     SPEC_VERSION,
+    STATUSES,
     TEXT,
     FleetClient,
     Overloaded,
@@ -38,6 +43,8 @@ TEXTS = [
     "The girl is carrying a baby.",
     "A man is riding a horse.",
 ]
+# A job's texts (send_job, collect): the four above and two more.
+JOB_TEXTS = TEXTS + ["A woman is playing the violin.", "Two dogs run across a field."]
 
 
 def check(condition, what):
@@ -116,10 +123,12 @@ def main():
     check(client.wait(admitted, ["minilm"], timeout_s=60)["minilm"]["status"] == "ok", "admitted and answered")
     check(client.poll(refused_id) == {}, "the refused request was never sent")
 
-    # Lanes and jobs: the client refuses, before sending, a lane or a job id
-    # the fleet would not accept.
+    # Lanes, jobs and replies: the client refuses, before sending, a lane, a
+    # job id or a reply destination the fleet would not accept.
     not_sent = f"py-{args.run}-not-sent"
-    for options in [{"lane": "urgent"}, {"job": "bad job!"}, {"job": ""}, {"job": "j" * 129}]:
+    refused_options = [{"lane": "urgent"}, {"job": "bad job!"}, {"job": ""}, {"job": "j" * 129}]
+    refused_options += [{"reply_to": "s3"}, {"reply_to": ""}, {"reply_to": "kafka:infer.minilm.answers"}]
+    for options in refused_options:
         try:
             client.send_text("minilm", not_sent, "Never sent.", **options)
             check(False, f"the client refuses {options}")
@@ -133,23 +142,24 @@ def main():
     check(client.poll(not_sent) == {}, "nothing the client refused was sent")
 
     # (a) The bulk lane (infer.minilm.bulk), in a job: answered like the
-    # interactive lane.
+    # interactive lane. Its answers go to Kafka unless a request asks for
+    # Redis too (ce_fleetreplyto), as this one does to be waited on.
     bulk_id = f"py-{args.run}-bulk"
-    client.send_text("minilm", bulk_id, TEXTS[0], lane=BULK, job=f"py-{args.run}-job")
+    client.send_text("minilm", bulk_id, TEXTS[0], lane=BULK, job=f"py-{args.run}-job", reply_to="redis,kafka")
     client.flush()
     answer = client.wait(bulk_id, ["minilm"], timeout_s=60)["minilm"]
     check(answer["status"] == "ok", f"a text on the bulk lane, in a job, answered ok (got {answer['status']})")
     check(cosine(answer["output"]["embedding"], embeddings[0]) > 0.99, "the bulk lane computes the same embedding")
 
     # (b) A job cancelled before its requests are sent: each is answered
-    # cancelled, never computed (no output, no error).
+    # cancelled, never computed (no output, no error); in Redis, asked for.
     job = f"py-{args.run}-cancelled"
     client.cancel(job)
     ttl = admin.ttl(client.cancel_key(job))
     check(0 < ttl <= DEFAULT_CANCEL_KEEP_S, f"cancel marks {client.cancel_key(job)} for a week (ttl {ttl} s)")
     cancelled_ids = [f"py-{args.run}-cancelled-{i}" for i in range(3)]
     for request_id, text in zip(cancelled_ids, TEXTS):
-        client.send_text("minilm", request_id, text, lane=BULK, job=job)
+        client.send_text("minilm", request_id, text, lane=BULK, job=job, reply_to="redis")
     client.flush()
     for request_id in cancelled_ids:
         answer = client.wait(request_id, ["minilm"], timeout_s=60)["minilm"]
@@ -186,7 +196,62 @@ def main():
         answer["status"] == "error" and code == "bad_request",
         f"an invalid job id is answered error bad_request (got {answer['status']} {code})",
     )
+
+    check_collected_job(client, args.run, embeddings[0])
     client.close()
+
+
+def check_collected_job(client, run, first_embedding):
+    """(d) A job sent with send_job and collected off Kafka (the bulk lane's
+    answers go to infer.minilm.bulk.answers by default): one line per
+    request, each once; collecting again, or after a kill cut the file
+    mid-line, completes it without a repeat."""
+    job = f"py-{run}-collected"
+    delivered = client.send_job("minilm", JOB_TEXTS, job)
+    check(delivered == len(JOB_TEXTS), f"send_job sent {len(JOB_TEXTS)} requests of {job} (delivered {delivered})")
+    record = client.job_record(job) or {}
+    check(
+        record.get("state") == "sent"
+        and record.get("requests") == len(JOB_TEXTS)
+        and record.get("answers_topic") == client.answers_topic("minilm", BULK),
+        f"{client.jobs_topic()} holds the job's final record (got {record})",
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "answers.jsonl")
+
+        def collected():
+            with open(path, encoding="utf-8") as f:
+                return [json.loads(line) for line in f]
+
+        counts = client.collect(job, path, timeout_s=120)
+        rows = collected()
+        check(len(rows) == len(JOB_TEXTS), f"collect wrote {len(JOB_TEXTS)} lines (got {len(rows)})")
+        check(len({row["request_id"] for row in rows}) == len(JOB_TEXTS), "one line per request id")
+        check(all(row["status"] == OK for row in rows), f"every answer of the job is ok (counts {counts})")
+        check(
+            all(len(row["answer"]["output"]["embedding"]) == 384 for row in rows),
+            "every collected answer holds a 384-dimensional embedding",
+        )
+        check(sorted(row["line"] for row in rows) == list(range(1, len(JOB_TEXTS) + 1)), "each line names its text")
+        first = next(row for row in rows if row["line"] == 1)
+        embedding = first["answer"]["output"]["embedding"]
+        check(cosine(embedding, first_embedding) > 0.99, "line 1 is the first text's embedding")
+        check(counts == {status: len(JOB_TEXTS) if status == OK else 0 for status in STATUSES}, f"counts {counts}")
+        again = client.collect(job, path, timeout_s=60)
+        check(len(collected()) == len(JOB_TEXTS) and again == counts, "collecting again adds no line")
+        with open(path, "rb") as f:
+            raw = f.read()
+        cut = raw.index(b"\n", len(raw) // 2) + 10  # a kill in the middle of a line
+        with open(path, "wb") as f:
+            f.write(raw[:cut])
+        client.collect(job, path, timeout_s=120)
+        rows = collected()
+        check(
+            len(rows) == len(JOB_TEXTS) and len({row["request_id"] for row in rows}) == len(JOB_TEXTS),
+            f"a file cut mid-line is completed, each request once (got {len(rows)} lines)",
+        )
+    status = client.job_status(job)
+    check(status["answered"] == len(JOB_TEXTS) and status["waiting"] == 0, f"job_status: {status['by_status']}")
 
 
 if __name__ == "__main__":

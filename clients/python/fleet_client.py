@@ -20,12 +20,23 @@ Admission: `admit(model, deadline_ms)` reads the workers' backlog reports and
 refuses (raises Overloaded) a request whose predicted wait, backlog / drain
 rate, would outlast its deadline: the same rule as the Rust producer's
 BacklogGuard, so a refused request is never sent only to expire unanswered.
+
+Where answers go: `reply_to="kafka"` (header `ce_fleetreplyto`: `redis`,
+`kafka` or `redis,kafka`) asks for the answer on the model's answers topic
+(`infer.<model>[.bulk].answers`) instead of, or beside, Redis; without it
+the lane's default applies (interactive: Redis, bulk: Kafka). A job sent
+with `send_job` is collected from Kafka, hours later or on another machine,
+with `collect(job, "answers.jsonl")`: resumable, each request once.
+
+    client.send_job("minilm", texts, "reembed-7")
+    counts = client.collect("reembed-7", "answers.jsonl")
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -33,7 +44,7 @@ from collections import deque
 from datetime import datetime, timezone
 
 import redis
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 SPEC_VERSION = "1.0"
 EVENT_TYPE = "fleet.infer.v1"
@@ -66,6 +77,29 @@ DEFAULT_CANCEL_KEEP_S = 7 * 24 * 3600
 # only "error" an error; "expired" and "cancelled" were never computed.
 OK, ERROR, EXPIRED, CANCELLED = "ok", "error", "expired", "cancelled"
 STATUSES = (OK, ERROR, EXPIRED, CANCELLED)
+# Where a request's answer goes (a CloudEvents extension attribute):
+# `redis`, `kafka` or both, comma-separated. It names destinations, never a
+# topic: the worker writes to the model's answers topic of the request's
+# lane, `<topic prefix><model>[.bulk].answers`.
+REPLY_TO_HEADER = "ce_fleetreplyto"
+REDIS, KAFKA = "redis", "kafka"
+DESTINATIONS = (REDIS, KAFKA)
+# An answer record's status header: a reader counts a job's answers from
+# the headers alone.
+STATUS_HEADER = "ce_fleetstatus"
+# Answers are looked for this long before a job's start: record timestamps
+# are the workers' clocks, the start is the sender's.
+CLOCK_SKEW_ALLOWANCE_MS = 10 * 60 * 1000
+# A job record's states: still sending (`requests` grows), or every request
+# sent (`requests` is the job's size).
+SENDING, SENT = "sending", "sent"
+# A reader of the jobs and answers topics joins no group (it assigns its
+# partitions and commits nothing); librdkafka still wants a group.id.
+READER_GROUP = "fleet-job-reader"
+# How long a broker call (metadata, watermarks, offsets for times) may take.
+BROKER_TIMEOUT_S = 10.0
+# Reading the jobs topic to its end takes at most this long.
+JOBS_READ_TIMEOUT_S = 60.0
 
 
 def check_request_id(request_id: str, what: str = "request id") -> None:
@@ -78,6 +112,23 @@ def check_request_id(request_id: str, what: str = "request id") -> None:
 def check_lane(lane: str) -> None:
     if lane not in LANES:
         raise ValueError(f"lane {lane!r} is not one of {', '.join(LANES)}")
+
+
+def check_reply_to(reply_to: str) -> None:
+    """Raises ValueError unless `reply_to` is a comma list of `redis` and
+    `kafka` (e.g. "kafka", "redis,kafka"): a worker answers a request that
+    names anything else (a topic, say) error bad_request."""
+    words = reply_to.split(",") if isinstance(reply_to, str) else None
+    if not words or any(word.strip() not in DESTINATIONS for word in words):
+        raise ValueError(f"reply_to {reply_to!r}: a comma list of {', '.join(DESTINATIONS)}")
+
+
+def line_of(job: str, request_id: str):
+    """The input line a request id names when it was made from one
+    (`<job>-<n>`, as send_job and fleet-produce bulk make them); None for
+    any other id."""
+    rest = request_id[len(job) + 1 :] if request_id.startswith(job + "-") else ""
+    return int(rest) if rest.isascii() and rest.isdigit() else None
 
 
 class Overloaded(Exception):
@@ -100,6 +151,34 @@ class Timeout(Exception):
         super().__init__(f"request {request_id}: no answer from {missing} (have {sorted(present)})")
         self.missing = missing
         self.present = present
+
+
+class NoJobRecord(LookupError):
+    """The jobs topic has no record of the job: nothing says how many
+    answers to wait for, or where."""
+
+    def __init__(self, job: str, topic: str):
+        super().__init__(
+            f"no record of job {job} on {topic}: was it sent with send_job or `fleet-produce bulk`, "
+            "to this broker, under this topic prefix?"
+        )
+        self.job = job
+        self.topic = topic
+
+
+class JobTimeout(TimeoutError):
+    """A collect did not get every answer of its job in time. What it
+    collected stays in its file: collect again to go on."""
+
+    def __init__(self, job: str, collected: int, record: dict, timeout_s: float):
+        expected = record["requests"] if record.get("state") == SENT else "not yet known"
+        super().__init__(
+            f"job {job}: {collected} answers collected in {timeout_s} s, "
+            f"of {expected} (the job's record says {record.get('state')})"
+        )
+        self.job = job
+        self.collected = collected
+        self.record = record
 
 
 def now_ms() -> int:
@@ -145,6 +224,111 @@ def predicted_wait_ms(backlog: int, drain_per_s, report_ms: int, sent_since: int
     return math.ceil(round(projected) / drain_per_s * 1000.0)
 
 
+def open_answers_file(path):
+    """Opens a JSON lines file of collected answers for appending: the
+    requests it holds already (request id -> status) and the file. A last
+    line without its newline (a collector killed while writing it) is cut
+    off; a line that is not a collected answer raises ValueError (it is
+    not such a file)."""
+    held, whole = {}, 0
+    if os.path.exists(path):
+        with open(path, "rb") as existing:
+            for number, raw in enumerate(existing, start=1):
+                if not raw.endswith(b"\n"):
+                    break
+                try:
+                    entry = json.loads(raw)
+                except ValueError as e:
+                    raise ValueError(
+                        f"{path}: line {number} is not a collected answer ({e}); is this another file?"
+                    ) from e
+                entry = entry if isinstance(entry, dict) else {}
+                request_id, status = entry.get("request_id"), entry.get("status")
+                if not isinstance(request_id, str) or status not in STATUSES:
+                    raise ValueError(
+                        f"{path}: line {number} is not a collected answer (no request_id, or no known status); "
+                        "is this another file?"
+                    )
+                held.setdefault(request_id, status)
+                whole += len(raw)
+    out = open(path, "a", encoding="utf-8", newline="")
+    out.truncate(whole)
+    return held, out
+
+
+def _partitions(consumer: Consumer, topic: str) -> list:
+    """The partitions of `topic`; LookupError naming it when it does not exist."""
+    found = consumer.list_topics(topic, timeout=BROKER_TIMEOUT_S).topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise LookupError(f"the topic {topic} does not exist: create the release's topics (fleet-produce topics)")
+    return sorted(found.partitions)
+
+
+def _read_to_ends(consumer: Consumer, ends: dict, topic: str):
+    """The messages of the assigned partitions, until each partition in
+    `ends` (partition -> high watermark) is read to its end."""
+    ends = dict(ends)
+    deadline = time.monotonic() + JOBS_READ_TIMEOUT_S
+    while ends:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {topic} to its end took longer than {JOBS_READ_TIMEOUT_S} s")
+        for message in consumer.consume(500, timeout=0.5):
+            if message.error():
+                raise KafkaException(message.error())
+            yield message
+            if message.offset() + 1 >= ends.get(message.partition(), math.inf):
+                del ends[message.partition()]
+
+
+def _parse_record(value) -> dict | None:
+    """A job record's JSON, or None for a value that is not one."""
+    try:
+        record = json.loads(value)
+    except (TypeError, ValueError):
+        return None
+    fields = ("job", "answers_topic", "state", "requests", "started_ms")
+    return record if isinstance(record, dict) and all(f in record for f in fields) else None
+
+
+def _answers_from_ms(record: dict) -> int:
+    return max(0, record["started_ms"] - CLOCK_SKEW_ALLOWANCE_MS)
+
+
+def _job_done(record: dict, held: dict) -> bool:
+    """Every request of the job has an answer. A sender whose ack was lost
+    may have had one more request delivered than it counted: more answers
+    than requests ends the job too."""
+    return record.get("state") == SENT and len(held) >= record.get("requests", 0)
+
+
+def _answer_of(message, job: str):
+    """(request id, status) of an answer record of `job`, from its key and
+    headers alone; None for another job's answer or a record that is not
+    a fleet answer."""
+    headers = {}
+    for name, value in message.headers() or []:
+        headers.setdefault(name.lower(), value)
+    if headers.get(JOB_HEADER) != job.encode():
+        return None
+    raw_id = message.key() or headers.get("ce_id") or b""
+    request_id = raw_id.decode("utf-8", "replace")
+    status = (headers.get(STATUS_HEADER) or b"").decode("utf-8", "replace")
+    if not _REQUEST_ID.fullmatch(request_id) or status not in STATUSES:
+        return None
+    return request_id, status
+
+
+def _answer_line(job: str, request_id: str, status: str, value) -> str:
+    """One line of a collected job: the answer as the worker wrote it when
+    it is JSON, as a string when not."""
+    try:
+        answer = json.loads(value)
+    except (TypeError, ValueError):
+        answer = (value or b"").decode("utf-8", "replace")
+    row = {"request_id": request_id, "line": line_of(job, request_id), "status": status, "answer": answer}
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
 class FleetClient:
     """Sends requests and waits for answers. Thread-safe for sends."""
 
@@ -168,6 +352,10 @@ class FleetClient:
         }
         config.update(kafka_config or {})
         self._producer = Producer(config)
+        # Readers of the jobs and answers topics connect as the producer
+        # does (the same security settings).
+        self._brokers = brokers
+        self._kafka_config = dict(kafka_config or {})
         if cluster:
             self._redis = redis.RedisCluster.from_url(redis_url)
         else:
@@ -184,6 +372,15 @@ class FleetClient:
         """`infer.<model>` (interactive) or `infer.<model>.bulk` (bulk)."""
         check_lane(lane)
         return f"{self._topic_prefix}{model}{_LANE_SUFFIX[lane]}"
+
+    def answers_topic(self, model: str, lane: str = INTERACTIVE) -> str:
+        """`infer.<model>.answers` or `infer.<model>.bulk.answers`: where
+        workers put the lane's answers that go to Kafka."""
+        return f"{self.topic(model, lane)}.answers"
+
+    def jobs_topic(self) -> str:
+        """`infer.fleet.jobs`: every job's record, keyed by job id (compacted)."""
+        return f"{self._topic_prefix}fleet.jobs"
 
     def result_key(self, request_id: str) -> str:
         return f"{self._redis_prefix}result:{{{request_id}}}"
@@ -211,6 +408,8 @@ class FleetClient:
         admit: bool = False,
         lane: str = INTERACTIVE,
         job: str | None = None,
+        reply_to: str | None = None,
+        on_delivery=None,
     ) -> None:
         """Enqueues one request; `flush()` waits for the broker's acks.
 
@@ -224,11 +423,21 @@ class FleetClient:
         leave). `job` (header ce_fleetjob, same rule as a request id) makes
         the request part of a job that `cancel(job)` stops; to make a single
         request cancellable, send it with its own id as its job.
+
+        `reply_to` (header ce_fleetreplyto) is where the answer goes:
+        "redis" (what `wait` reads), "kafka" (the lane's answers topic,
+        `answers_topic(model, lane)`, durable, what `collect` reads) or
+        "redis,kafka"; None leaves it to the lane's default in the model's
+        config (interactive: redis, bulk: kafka). `on_delivery(err, msg)`
+        is confluent-kafka's delivery callback: called from `poll`/`flush`
+        once the broker acknowledged (err None) or refused the request.
         """
         check_request_id(request_id)
         check_lane(lane)
         if job is not None:
             check_request_id(job, "job id")
+        if reply_to is not None:
+            check_reply_to(reply_to)
         if not 1 <= parts <= MAX_PARTS:
             raise ValueError(f"parts must be 1-{MAX_PARTS}")
         created = now_ms()
@@ -248,17 +457,21 @@ class FleetClient:
             headers.append(("ce_parts", str(parts).encode()))
         if job is not None:
             headers.append((JOB_HEADER, job.encode()))
-        topic = self.topic(model, lane)
+        if reply_to is not None:
+            headers.append((REPLY_TO_HEADER, reply_to.encode()))
+        self._produce(self.topic(model, lane), request_id.encode(), value, headers, on_delivery)
+        with self._lock:
+            self._sent.setdefault(model, deque()).append(created)
+
+    def _produce(self, topic: str, key: bytes, value: bytes, headers=None, on_delivery=None) -> None:
         while True:
             try:
-                self._producer.produce(topic, key=request_id.encode(), value=value, headers=headers)
+                self._producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it.
                 self._producer.poll(0.01)
         self._producer.poll(0)
-        with self._lock:
-            self._sent.setdefault(model, deque()).append(created)
 
     def send_text(self, model: str, request_id: str, text: str, **options) -> None:
         self.send(model, request_id, text.encode("utf-8"), TEXT, **options)
@@ -284,6 +497,231 @@ class FleetClient:
         if isinstance(keep_s, bool) or not isinstance(keep_s, (int, float)) or not 1 <= keep_s < math.inf:
             raise ValueError(f"keep_s {keep_s!r}: at least 1 second")
         self._redis.set(self.cancel_key(job), now_ms(), ex=math.ceil(keep_s))
+
+    # -- jobs ------------------------------------------------------------------
+
+    def send_job(self, model: str, texts, job: str, reply_to: str | None = None, *, input: str | None = None) -> int:
+        """Sends each of `texts` to the model's bulk lane as one request of
+        job `job`, with request ids `<job>-1`, `<job>-2`, ... (`collect`
+        gives each answer its n back as `line`), and records the job on the
+        jobs topic so that anyone can collect it later, from any machine:
+        one record before the first request (state "sending"), one after
+        the broker acknowledged the last (state "sent", `requests` = how
+        many it acknowledged, the answers a collector waits for). A job sent
+        again under the same id keeps its first start, so the answers of
+        its first run are still found. `reply_to` as in `send` (None: the
+        bulk lane's default, Kafka); `input` names what the texts came from,
+        for people. Returns the requests delivered; raises RuntimeError when
+        some were not (the record counts only the delivered ones)."""
+        check_request_id(job, "job id")
+        if reply_to is not None:
+            check_reply_to(reply_to)
+        texts = list(texts)
+        # The longest id the job will use: refused now, not half-way.
+        check_request_id(f"{job}-{max(len(texts), 1)}", "the job's request id")
+        started = now_ms()
+        earlier = self.job_record(job)
+        record = {
+            "job": job,
+            "model": model,
+            "lane": BULK,
+            "answers_topic": self.answers_topic(model, BULK),
+            "reply_to": reply_to,
+            "state": SENDING,
+            "requests": 0,
+            "started_ms": min(earlier["started_ms"], started) if earlier else started,
+            "updated_ms": started,
+            "input": input,
+        }
+        self._write_record(record)
+        delivered = []  # one bool per acknowledged or refused request
+
+        def on_delivery(err, _message):
+            delivered.append(err is None)
+
+        for n, text in enumerate(texts, start=1):
+            self.send_text(model, f"{job}-{n}", text, lane=BULK, job=job, reply_to=reply_to, on_delivery=on_delivery)
+        # No timeout: each request is acknowledged or refused within
+        # librdkafka's message.timeout.ms, and the count must be final.
+        self._producer.flush()
+        record.update(state=SENT, requests=sum(delivered), updated_ms=now_ms())
+        self._write_record(record)
+        if record["requests"] < len(texts):
+            raise RuntimeError(
+                f"{len(texts) - record['requests']} of {len(texts)} requests of job {job} were not delivered"
+            )
+        return record["requests"]
+
+    def _write_record(self, record: dict) -> None:
+        """Writes a job record and waits until the broker holds it: a
+        collector trusts what the jobs topic says."""
+        outcome = []
+        value = json.dumps(record, separators=(",", ":")).encode()
+        self._produce(self.jobs_topic(), record["job"].encode(), value, on_delivery=lambda err, _m: outcome.append(err))
+        self._producer.flush()
+        if outcome and outcome[0] is not None:
+            raise KafkaException(outcome[0])
+
+    def job_record(self, job: str) -> dict | None:
+        """The latest record of `job` on the jobs topic (read from its start
+        to the end it has now), or None when it has none."""
+        check_request_id(job, "job id")
+        return self._read_record(job)[0]
+
+    def collect(self, job: str, path, timeout_s: float | None = None) -> dict:
+        """Collects the answers of `job` from its answers topic into the JSON
+        lines file `path`, one line per request: `{"request_id", "line",
+        "status", "answer"}` (`line`: n of an id `<job>-<n>`, else null;
+        `answer`: the answer JSON as the worker wrote it). Returns the
+        requests collected by status (every status present), once the job's
+        record says it is sent and the file holds an answer for as many
+        requests as it counts.
+
+        Resumable, each request once: the file is the only memory. What it
+        holds is read first (a last line cut short, without its newline, is
+        cut off and collected again) and only the other requests are
+        appended; a request answered twice on the topic (delivery is at
+        least once) is written once, its first answer. The topic is read
+        from the job's start less CLOCK_SKEW_ALLOWANCE_MS on every
+        partition (records before cannot be the job's). Raises NoJobRecord,
+        and JobTimeout after `timeout_s` (None: wait as long as it takes);
+        what was collected stays in the file."""
+        check_request_id(job, "job id")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        record, jobs_ends = self._read_record(job)
+        if record is None:
+            raise NoJobRecord(job, self.jobs_topic())
+        reply_to = record.get("reply_to")
+        if reply_to is not None and KAFKA not in (word.strip() for word in reply_to.split(",")):
+            raise ValueError(
+                f"job {job}'s requests asked for their answers in {reply_to}: only answers on Kafka can be collected"
+            )
+        held, out = open_answers_file(path)
+        counts = {status: 0 for status in STATUSES}
+        for status in held.values():
+            counts[status] += 1
+        jobs_topic = self.jobs_topic()
+        consumer = None
+        try:
+            if not _job_done(record, held):
+                consumer = self._reader()
+                starts, _ = self._answers_from(consumer, record["answers_topic"], _answers_from_ms(record))
+                # The jobs topic from where `_read_record` stopped: each
+                # later record of the job (its final count) is seen.
+                consumer.assign(starts + [TopicPartition(jobs_topic, p, end) for p, end in jobs_ends.items()])
+            flushed = time.monotonic()
+            while not _job_done(record, held):
+                wait_s = 1.0
+                if deadline is not None:
+                    wait_s = min(wait_s, deadline - time.monotonic())
+                    if wait_s <= 0:
+                        raise JobTimeout(job, len(held), record, timeout_s)
+                for message in consumer.consume(500, timeout=wait_s):
+                    if message.error():
+                        raise KafkaException(message.error())
+                    if message.topic() == jobs_topic:
+                        if message.key() == job.encode():
+                            record = _parse_record(message.value()) or record
+                        continue
+                    answer = _answer_of(message, job)
+                    if answer is None or answer[0] in held:
+                        continue
+                    request_id, status = answer
+                    held[request_id] = status
+                    counts[status] += 1
+                    out.write(_answer_line(job, request_id, status, message.value()))
+                if time.monotonic() - flushed >= 1.0:
+                    # A collector killed now loses at most a second's lines.
+                    out.flush()
+                    flushed = time.monotonic()
+        finally:
+            if consumer is not None:
+                consumer.close()
+            out.flush()
+            os.fsync(out.fileno())
+            out.close()
+        return counts
+
+    def job_status(self, job: str) -> dict:
+        """A job at a glance, read off Kafka, the same from any machine:
+        `{"record": its latest record, "answered": requests answered (each
+        once), "waiting": requests sent and not answered yet, "by_status":
+        answered by status}`, from the answers written up to now. Raises
+        NoJobRecord."""
+        check_request_id(job, "job id")
+        record, _ = self._read_record(job)
+        if record is None:
+            raise NoJobRecord(job, self.jobs_topic())
+        seen = {}
+        consumer = self._reader()
+        try:
+            starts, ends = self._answers_from(consumer, record["answers_topic"], _answers_from_ms(record))
+            if ends:
+                consumer.assign(starts)
+            for message in _read_to_ends(consumer, ends, record["answers_topic"]):
+                answer = _answer_of(message, job)
+                if answer is not None:
+                    seen.setdefault(*answer)
+        finally:
+            consumer.close()
+        by_status = {status: 0 for status in STATUSES}
+        for status in seen.values():
+            by_status[status] += 1
+        waiting = max(0, record.get("requests", 0) - len(seen))
+        return {"record": record, "answered": len(seen), "waiting": waiting, "by_status": by_status}
+
+    def _reader(self) -> Consumer:
+        """A consumer that joins no group: it assigns its partitions itself
+        and commits nothing, so reading a job leaves no trace."""
+        config = {"bootstrap.servers": self._brokers, "group.id": READER_GROUP}
+        config.update(self._kafka_config)
+        config.update({"enable.auto.commit": False, "enable.auto.offset.store": False})
+        return Consumer(config)
+
+    def _read_record(self, job: str):
+        """The latest readable record of `job` (or None), and the end
+        (high watermark) of each jobs partition it read to."""
+        topic = self.jobs_topic()
+        consumer = self._reader()
+        try:
+            ends, starts = {}, []
+            for partition in _partitions(consumer, topic):
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=BROKER_TIMEOUT_S)
+                ends[partition] = high
+                if high > low:
+                    starts.append(TopicPartition(topic, partition, low))
+            if starts:
+                consumer.assign(starts)
+            latest = None
+            unread = {tp.partition: ends[tp.partition] for tp in starts}
+            for message in _read_to_ends(consumer, unread, topic):
+                if message.key() == job.encode():
+                    latest = _parse_record(message.value()) or latest
+            return latest, ends
+        finally:
+            consumer.close()
+
+    def _answers_from(self, consumer: Consumer, topic: str, from_ms: int):
+        """Where to read `topic` from for records written at or after
+        `from_ms` (Kafka's offsets for times, on every partition), and the
+        end (high watermark) now of each partition that has some."""
+        partitions = _partitions(consumer, topic)
+        # Ends first: a partition with no record that young yet is read
+        # from its end as of before the lookup, so nothing written in
+        # between is missed.
+        highs = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=BROKER_TIMEOUT_S)[1]
+            for p in partitions
+        }
+        times = [TopicPartition(topic, p, from_ms) for p in partitions]
+        starts = []
+        for found in consumer.offsets_for_times(times, timeout=BROKER_TIMEOUT_S):
+            if found.error is not None:
+                raise KafkaException(found.error)
+            offset = found.offset if found.offset >= 0 else highs[found.partition]
+            starts.append(TopicPartition(topic, found.partition, offset))
+        ends = {tp.partition: highs[tp.partition] for tp in starts if tp.offset < highs[tp.partition]}
+        return starts, ends
 
     def flush(self, timeout_s: float = 30.0) -> None:
         left = self._producer.flush(timeout_s)

@@ -822,6 +822,7 @@ def check_topics_and_names(default_docs, release_docs):
         for flag in ("--replication-factor", "--min-insync-replicas", "--retention-ms", "--bulk-retention-ms"):
             assert flag not in command, f"{name}: {flag} set though the broker's default was asked"
         assert arg_after(command, "--dlq-retention-ms") == "604800000", command
+        assert arg_after(command, "--answers-retention-ms") == "604800000", command
     for name, command in topic_job_args(release_docs).items():
         assert arg_after(command, "--replication-factor") == "3", command
         assert arg_after(command, "--min-insync-replicas") == "2", command
@@ -865,7 +866,11 @@ def check_strimzi(helm):
     assert not by_kind(docs, "Job"), "the topic job is rendered beside Strimzi's topics"
     topics = {d["spec"]["topicName"]: d for d in by_kind(docs, "KafkaTopic")}
     models = [name for name, _, _ in resolved_models(chart_values())]
-    assert set(topics) == {t for m in models for t in (f"infer.{m}", f"infer.{m}.bulk", f"infer.{m}.dlq")}, sorted(topics)
+    per_model = ("", ".bulk", ".dlq", ".answers", ".bulk.answers")
+    assert set(topics) == {f"infer.{m}{s}" for m in models for s in per_model} | {"infer.fleet.jobs"}, sorted(topics)
+    answers, jobs = topics["infer.minilm.bulk.answers"], topics["infer.fleet.jobs"]
+    assert answers["spec"]["partitions"] == 8 and answers["spec"]["config"]["retention.ms"] == "604800000", answers
+    assert jobs["spec"]["partitions"] == 1 and jobs["spec"]["config"]["cleanup.policy"] == "compact,delete", jobs
     request, bulk, dlq = topics["infer.minilm"], topics["infer.minilm.bulk"], topics["infer.minilm.dlq"]
     # The bulk lane's topic: the request topic's partitions and limits, its
     # own retention (the broker's unless topics.bulkRetentionMs).

@@ -310,7 +310,7 @@ impl Fleet {
     }
 
     /// The worker's /metrics, `None` while it does not answer.
-    async fn scrape(&self) -> Result<Option<String>> {
+    pub(crate) async fn scrape(&self) -> Result<Option<String>> {
         let addr = self.worker.metrics;
         let got = tokio::task::spawn_blocking(move || http_get(addr, "/metrics")).await?;
         Ok(got.and_then(|(status, body)| (status == 200).then_some(body)))
@@ -321,13 +321,19 @@ impl Fleet {
         Ok(Counters::from_scrape(&scrape))
     }
 
-    fn run_config(&self, corpus: &[String], profile: Profile, duration: Duration, run_id: String) -> Result<RunConfig> {
+    pub(crate) fn run_config(
+        &self,
+        corpus: &[String],
+        profile: Profile,
+        duration: Duration,
+        run_id: String,
+    ) -> Result<RunConfig> {
         RunConfig::on_local_fleet(&self.broker, &self.redis.url(), &self.model, profile, duration, corpus, run_id)
     }
 
     /// `count` mixed-length texts sent at once on the interactive lane, every
     /// answer waited for.
-    async fn burst(&self, corpus: &[String], count: usize, seed: u64, run_id: String) -> Result<RunOutcome> {
+    pub(crate) async fn burst(&self, corpus: &[String], count: usize, seed: u64, run_id: String) -> Result<RunOutcome> {
         // Arrivals at a hundred times the count per second, capped at the
         // count: all of them within the first few milliseconds.
         let profile = Profile::Steady { rate: count as f64 * 100.0 };

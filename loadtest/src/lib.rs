@@ -7,6 +7,7 @@
 //! A [`soak`] runs that fleet for hours with faults on a schedule.
 
 pub mod admission_bench;
+pub mod bulk_answers_bench;
 pub mod capacity;
 pub mod collect;
 pub mod drill;

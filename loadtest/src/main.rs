@@ -13,11 +13,11 @@ use loadtest::admission_bench::{self, AdmissionBench};
 use loadtest::capacity;
 use loadtest::drill::{self, Drill, DrillConfig};
 use loadtest::fleet::Binaries;
-use loadtest::lanes_bench;
 use loadtest::plan::{self, Capacity};
 use loadtest::profile::Profile;
 use loadtest::report;
 use loadtest::runner::{self, RunConfig, RunOutcome};
+use loadtest::{bulk_answers_bench, lanes_bench};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -53,6 +53,10 @@ enum Command {
     /// faults on a schedule; a report (memory, latency, ledger per
     /// partition) and a verdict against budgets.
     Soak(Box<SoakArgs>),
+    /// A real backfill sent and collected with `fleet-produce bulk --out`
+    /// beside interactive load: its answers on Kafka against the same
+    /// backfill with its answers in Redis; optionally with kills.
+    BulkAnswers(Box<bulk_answers_bench::BulkAnswersArgs>),
 }
 
 #[derive(Args)]
@@ -566,6 +570,14 @@ async fn execute(command: Command) -> Result<()> {
             }
             println!("{}", peer_bench::result_line(&cpu, &medians));
             Ok(())
+        }
+        Command::BulkAnswers(args) => {
+            let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().as_deref().and_then(lanes_bench::cpu_model);
+            let cores = std::thread::available_parallelism().map_or(0, usize::from);
+            println!("machine: {}, {cores} cores", cpu.as_deref().unwrap_or("unknown CPU"));
+            println!("command: {}", std::env::args().collect::<Vec<_>>().join(" "));
+            let corpus = read_corpus(args.corpus())?;
+            bulk_answers_bench::command(*args, corpus).await
         }
         Command::Lanes(args) => {
             if args.interactive_fraction <= 0.0 || args.interactive_fraction >= 1.0 {

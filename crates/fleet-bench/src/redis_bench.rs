@@ -6,7 +6,7 @@ use anyhow::Result;
 use fleet_connect::redis::RedisConfig;
 use fleet_proto::{Answer, ModelName, Namespace, RequestId, Timings};
 use fleet_worker::config::model::TtlConfig;
-use fleet_worker::job::Finished;
+use fleet_worker::job::{Finished, Reply};
 use fleet_worker::stages::cache::entry::tokens_hash;
 use fleet_worker::stages::cache::FeatureCache;
 use fleet_worker::stages::engine::precision::Precision;
@@ -26,11 +26,13 @@ pub struct RedisFigures {
 fn answers(n: usize, batch: usize, embedding: &[f32]) -> Vec<Vec<Finished>> {
     let output = serde_json::json!({ "embedding": embedding, "tokens": 12, "truncated": false });
     let all: Vec<Finished> = (0..n)
-        .map(|i| Finished {
-            position: Position { lane: fleet_proto::Lane::Interactive, partition: 0, offset: i as i64, generation: 0 },
-            id: RequestId::parse(&format!("bench-{i}")).expect("valid id"),
-            answer: Answer::ok("minilm", 1, output.clone(), Timings::default()),
-            feature: None,
+        .map(|i| {
+            Finished::without_compute(
+                Position { lane: fleet_proto::Lane::Interactive, partition: 0, offset: i as i64, generation: 0 },
+                RequestId::parse(&format!("bench-{i}")).expect("valid id"),
+                Reply { to: fleet_proto::Destinations::REDIS, job: None },
+                Answer::ok("minilm", 1, output.clone(), Timings::default()),
+            )
         })
         .collect();
     all.chunks(batch).map(<[Finished]>::to_vec).collect()
@@ -42,7 +44,7 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
     let batches = answers(n, rows.len(), &embeddings[0]);
     let target = RedisConfig::url(redis_url).target()?;
     let ttls = VersionTtls::new(1, TtlConfig { result_ttl_s: 30, feature_ttl_s: 30, ..TtlConfig::default() });
-    let mut sink = ResultSink::connect(&target, Namespace::default(), ttls).await?;
+    let sink = ResultSink::connect(&target, Namespace::default(), ttls).await?;
     let mut conn = redis::Client::open(redis_url)?.get_multiplexed_async_connection().await?;
     let clear = |conn: &mut redis::aio::MultiplexedConnection| {
         let mut conn = conn.clone();
@@ -53,7 +55,7 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
     let started = Instant::now();
     for batch in &batches {
         for one in batch {
-            all_written(sink.write(std::slice::from_ref(one), Attempt::First).await)?;
+            all_written(sink.write(&[one], Attempt::First).await)?;
         }
     }
     let one_by_one_per_s = n as f64 / started.elapsed().as_secs_f64();
@@ -61,7 +63,8 @@ pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usi
     clear(&mut conn).await?;
     let started = Instant::now();
     for batch in &batches {
-        all_written(sink.write(batch, Attempt::First).await)?;
+        let batch: Vec<&Finished> = batch.iter().collect();
+        all_written(sink.write(&batch, Attempt::First).await)?;
     }
     let batched_per_s = n as f64 / started.elapsed().as_secs_f64();
 

@@ -5,11 +5,13 @@
 //! [`ResultClient`] reads the answers back from Redis, either by polling or by
 //! blocking on the request's ready list, and cancels jobs. [`topics`] holds
 //! the one place where topic settings are decided; [`bulk_file`] turns a
-//! file's lines into bulk requests. This crate must never depend on libtorch:
+//! file's lines into bulk requests; [`jobs`] records a bulk job and
+//! collects its answers from Kafka into a file. This crate must never depend on libtorch:
 //! producers embed it.
 
 pub mod admission;
 pub mod bulk_file;
+pub mod jobs;
 pub mod kafka_config;
 pub mod producer;
 pub mod request;

@@ -170,6 +170,7 @@ impl FleetProducer {
             deadline_ms: request.deadline_ms,
             parts: request.parts,
             job: request.job.clone(),
+            reply_to: request.reply_to,
         };
         let header_values = envelope.to_headers();
         let headers =

@@ -1,7 +1,7 @@
 //! A request as a producer builds it, before it becomes a Kafka message.
 
 use fleet_image::{Format, ImageError, ImageLimits};
-use fleet_proto::{ContentType, JobId, Lane, RequestId, RerankRequest};
+use fleet_proto::{ContentType, Destinations, JobId, Lane, RequestId, RerankRequest};
 
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -18,6 +18,11 @@ pub struct Request {
     pub lane: Lane,
     /// The job it belongs to (`ce_fleetjob`): cancelling the job cancels it.
     pub job: Option<JobId>,
+    /// Where its answer goes (`ce_fleetreplyto`: Redis, the model's answers
+    /// topic on Kafka, or both), within what the model allows; `None`: the
+    /// lane's default (interactive: Redis, bulk: Kafka, unless the model's
+    /// config says otherwise).
+    pub reply_to: Option<Destinations>,
 }
 
 impl Request {
@@ -26,7 +31,16 @@ impl Request {
     }
 
     fn new(id: RequestId, content_type: ContentType, payload: Vec<u8>) -> Self {
-        Self { id, content_type, payload, deadline_ms: None, parts: 1, lane: Lane::Interactive, job: None }
+        Self {
+            id,
+            content_type,
+            payload,
+            deadline_ms: None,
+            parts: 1,
+            lane: Lane::Interactive,
+            job: None,
+            reply_to: None,
+        }
     }
 
     /// A query and the documents a rerank model scores against it.
@@ -74,6 +88,12 @@ impl Request {
     /// Makes it part of `job`, which one cancel stops.
     pub fn with_job(mut self, job: JobId) -> Self {
         self.job = Some(job);
+        self
+    }
+
+    /// Asks for its answer in `destinations` (`ce_fleetreplyto`).
+    pub fn reply_to(mut self, destinations: Destinations) -> Self {
+        self.reply_to = Some(destinations);
         self
     }
 }

@@ -3,11 +3,14 @@
 //! partitions, replication factor, `min.insync.replicas`, retention and the
 //! largest message, from flags or the environment (the chart sets both).
 //!
-//! A model has three topics: `infer.<model>` (the interactive lane),
+//! A model has five topics: `infer.<model>` (the interactive lane),
 //! `infer.<model>.bulk` (the bulk lane: the same partitions and settings, so
 //! any worker of the group can read both, with a retention of its own: a
-//! backfill may wait there for hours behind interactive work) and
-//! `infer.<model>.dlq`.
+//! backfill may wait there for hours behind interactive work),
+//! `infer.<model>.dlq`, and each lane's answers topic
+//! (`infer.<model>.answers`, `infer.<model>.bulk.answers`: answers that go
+//! to Kafka, kept until their owner has collected them). The release has
+//! one more, `infer.fleet.jobs`: the job records, compacted (one per job).
 //!
 //! Existing topics are brought up to the partition count asked for, never
 //! down (Kafka cannot remove partitions; fewer asked is reported and left).
@@ -29,6 +32,9 @@ use std::time::Duration;
 pub const DEFAULT_PARTITIONS: i32 = 8;
 /// Dead letters are kept a week: long enough for someone to look.
 pub const DLQ_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
+/// Answers on Kafka are kept a week: a job's owner collects them within it
+/// (the bulk lane's requests wait at most a day by default).
+pub const ANSWERS_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// How a model's topics are made. `None` leaves a setting to the broker's
 /// default (`default.replication.factor`, `min.insync.replicas`,
@@ -58,6 +64,11 @@ pub struct TopicSettings {
     /// retention.ms of infer.<model>.dlq.
     #[arg(long, env = "FLEET_DLQ_RETENTION_MS", default_value_t = DLQ_RETENTION_MS)]
     pub dlq_retention_ms: u64,
+    /// retention.ms of the answers topics (infer.<model>.answers,
+    /// infer.<model>.bulk.answers) and of the job records: how long a
+    /// job's owner has to collect its answers.
+    #[arg(long, env = "FLEET_ANSWERS_RETENTION_MS", default_value_t = ANSWERS_RETENTION_MS)]
+    pub answers_retention_ms: u64,
     /// Largest message value the model accepts (text or encoded image), bytes.
     #[arg(long, env = "FLEET_MAX_VALUE_BYTES", default_value_t = fleet_proto::limits::MAX_VALUE_BYTES)]
     pub max_value_bytes: u64,
@@ -72,6 +83,7 @@ impl Default for TopicSettings {
             retention_ms: None,
             bulk_retention_ms: None,
             dlq_retention_ms: DLQ_RETENTION_MS,
+            answers_retention_ms: ANSWERS_RETENTION_MS,
             max_value_bytes: fleet_proto::limits::MAX_VALUE_BYTES,
         }
     }
@@ -106,6 +118,27 @@ impl TopicSettings {
         let mut configs = vec![
             ("max.message.bytes", self.max_message_bytes().to_string()),
             ("retention.ms", self.dlq_retention_ms.to_string()),
+        ];
+        configs.extend(self.min_insync_replicas.map(|n| ("min.insync.replicas", n.to_string())));
+        configs
+    }
+
+    /// The topic configs the fleet sets on each answers topic: its own
+    /// retention; an answer is small (the worker's producer's default
+    /// message size holds it).
+    pub fn answers_configs(&self) -> Vec<(&'static str, String)> {
+        let mut configs = vec![("retention.ms", self.answers_retention_ms.to_string())];
+        configs.extend(self.min_insync_replicas.map(|n| ("min.insync.replicas", n.to_string())));
+        configs
+    }
+
+    /// The topic configs of the job records: compacted (the latest record
+    /// of each job is the one read), and deleted past the answers'
+    /// retention like the answers they describe.
+    pub fn jobs_configs(&self) -> Vec<(&'static str, String)> {
+        let mut configs = vec![
+            ("cleanup.policy", "compact,delete".to_owned()),
+            ("retention.ms", self.answers_retention_ms.to_string()),
         ];
         configs.extend(self.min_insync_replicas.map(|n| ("min.insync.replicas", n.to_string())));
         configs
@@ -217,7 +250,8 @@ struct PlannedTopic {
 }
 
 /// The topics of `model`, in the order they are created and reported: the
-/// interactive lane, the bulk lane, the DLQ.
+/// interactive lane, the bulk lane, the DLQ, each lane's answers; then the
+/// release's job records.
 fn planned_topics(names: &Namespace, model: &ModelName, settings: &TopicSettings) -> Vec<PlannedTopic> {
     let lane_topic = |lane: Lane, configs| PlannedTopic {
         name: names.lane_topic(model, lane),
@@ -225,10 +259,21 @@ fn planned_topics(names: &Namespace, model: &ModelName, settings: &TopicSettings
         grows: true,
         configs,
     };
+    // Readers of answers assign every partition themselves: the count only
+    // spreads the writes, and is left as made.
+    let answers_topic = |lane: Lane| PlannedTopic {
+        name: names.answers_topic(model, lane),
+        partitions: settings.partitions,
+        grows: false,
+        configs: settings.answers_configs(),
+    };
     vec![
         lane_topic(Lane::Interactive, settings.request_configs()),
         lane_topic(Lane::Bulk, settings.bulk_configs()),
         PlannedTopic { name: names.dlq_topic(model), partitions: 1, grows: false, configs: settings.dlq_configs() },
+        answers_topic(Lane::Interactive),
+        answers_topic(Lane::Bulk),
+        PlannedTopic { name: names.jobs_topic(), partitions: 1, grows: false, configs: settings.jobs_configs() },
     ]
 }
 
@@ -391,7 +436,7 @@ mod tests {
     }
 
     #[test]
-    fn a_model_has_both_lanes_and_a_dlq_and_only_the_lanes_grow() {
+    fn a_model_has_both_lanes_a_dlq_and_answers_and_only_the_lanes_grow() {
         let names = Namespace::new("blue.infer.", "fleet.", "fleet:").unwrap();
         let model = ModelName::parse("minilm").unwrap();
         let settings =
@@ -403,12 +448,18 @@ mod tests {
             [
                 ("blue.infer.minilm", 12, true),
                 ("blue.infer.minilm.bulk", 12, true),
-                ("blue.infer.minilm.dlq", 1, false)
+                ("blue.infer.minilm.dlq", 1, false),
+                ("blue.infer.minilm.answers", 12, false),
+                ("blue.infer.minilm.bulk.answers", 12, false),
+                ("blue.infer.fleet.jobs", 1, false),
             ]
         );
         assert_eq!(planned[0].configs, settings.request_configs());
         assert_eq!(planned[1].configs, settings.bulk_configs());
         assert_eq!(planned[2].configs, settings.dlq_configs());
+        assert_eq!(planned[3].configs, settings.answers_configs());
+        assert!(planned[5].configs.contains(&("cleanup.policy", "compact,delete".to_owned())));
+        assert!(settings.answers_configs().contains(&("retention.ms", ANSWERS_RETENTION_MS.to_string())));
     }
 
     #[test]

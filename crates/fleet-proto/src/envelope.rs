@@ -22,6 +22,9 @@ pub struct Envelope {
     pub parts: u32,
     /// `ce_fleetjob`: the job it belongs to, which a cancel names.
     pub job: Option<crate::JobId>,
+    /// `ce_fleetreplyto`: where the producer wants the answer, when it said
+    /// (the model decides whether it may have it there).
+    pub reply_to: Option<crate::reply::Destinations>,
 }
 
 /// Why a message could not become a request.
@@ -32,11 +35,15 @@ pub struct Rejection {
     pub code: ErrorCode,
     /// Human-readable detail for the answer's `error.message` or the DLQ header.
     pub message: String,
+    /// The job named by a valid `ce_fleetjob`, even when another header is
+    /// bad: the refusal is one of the job's answers, which its collector
+    /// counts.
+    pub job: Option<crate::JobId>,
 }
 
 impl Rejection {
     fn new(id: Option<&RequestId>, code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { id: id.cloned(), code, message: message.into() }
+        Self { id: id.cloned(), code, message: message.into(), job: None }
     }
 
     /// Stable reason word for the DLQ header and `fleet_dlq_total{reason}`
@@ -62,6 +69,13 @@ impl Envelope {
         let find = |name: &str| -> Option<&[u8]> {
             headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| *v)
         };
+        Self::parse_found(key, &find).map_err(|mut rejection| {
+            rejection.job = find(h::JOB).and_then(|raw| crate::JobId::from_bytes(raw.trim_ascii()).ok());
+            rejection
+        })
+    }
+
+    fn parse_found<'a>(key: Option<&[u8]>, find: &impl Fn(&str) -> Option<&'a [u8]>) -> Result<Self, Rejection> {
         let id = resolve_id(key, find(h::ID))?;
         let id = &id;
         let text = |name: &'static str| -> Result<&str, Rejection> {
@@ -133,7 +147,23 @@ impl Envelope {
                 Rejection::new(Some(id), ErrorCode::BadRequest, format!("{} is not a valid job id: {e}", h::JOB))
             })?),
         };
-        Ok(Self { id: id.clone(), source: source.to_owned(), created_ms, content_type, deadline_ms, parts, job })
+        let reply_to = match find(h::REPLY_TO) {
+            None => None,
+            Some(_) => Some(
+                crate::reply::Destinations::parse(text(h::REPLY_TO)?)
+                    .map_err(|e| Rejection::new(Some(id), ErrorCode::BadRequest, format!("{} {e}", h::REPLY_TO)))?,
+            ),
+        };
+        Ok(Self {
+            id: id.clone(),
+            source: source.to_owned(),
+            created_ms,
+            content_type,
+            deadline_ms,
+            parts,
+            job,
+            reply_to,
+        })
     }
 
     /// The headers a producer puts on the message, in the documented order.
@@ -152,6 +182,9 @@ impl Envelope {
         }
         if let Some(job) = &self.job {
             out.push((h::JOB, job.to_string()));
+        }
+        if let Some(reply_to) = self.reply_to {
+            out.push((h::REPLY_TO, reply_to.to_string()));
         }
         out
     }
@@ -210,6 +243,7 @@ mod tests {
             deadline_ms: Some(1_764_000_030_000),
             parts: 2,
             job: Some(RequestId::parse("backfill-2026-12").unwrap()),
+            reply_to: Some(crate::reply::Destinations::KAFKA),
         }
     }
 
@@ -247,6 +281,29 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_destination_is_optional_and_never_a_topic() {
+        let mut env = sample();
+        env.reply_to = None;
+        let hs = headers_of(&env);
+        assert!(hs.iter().all(|(name, _)| *name != h::REPLY_TO));
+        assert_eq!(parse(Some(b"req-7"), &hs), Ok(env));
+        let both = with(&hs, h::REPLY_TO, b"redis,kafka");
+        assert_eq!(parse(Some(b"req-7"), &both).unwrap().reply_to, Some(crate::reply::Destinations::BOTH));
+        let topic = parse(Some(b"req-7"), &with(&hs, h::REPLY_TO, b"infer.other.answers")).unwrap_err();
+        assert_eq!(topic.code, ErrorCode::BadRequest);
+        assert!(topic.message.contains(h::REPLY_TO), "{}", topic.message);
+    }
+
+    #[test]
+    fn a_refused_request_still_names_its_job() {
+        let hs = with(&headers_of(&sample()), h::DEADLINE, b"soon");
+        let refused = parse(Some(b"req-7"), &hs).unwrap_err();
+        assert_eq!(refused.job.as_ref().map(RequestId::as_str), Some("backfill-2026-12"));
+        let bad_job = with(&hs, h::JOB, b"a job");
+        assert_eq!(parse(Some(b"req-7"), &bad_job).unwrap_err().job, None);
+    }
+
+    #[test]
     fn deadline_defaults_to_creation_plus_ttl() {
         let mut env = sample();
         assert_eq!(env.effective_deadline_ms(5_000), 1_764_000_030_000);
@@ -263,7 +320,7 @@ mod tests {
             assert_eq!((r.id.as_ref().map(RequestId::as_str), r.code), (Some("req-7"), expected), "{name}");
             assert!(r.message.contains(name), "{}", r.message);
         }
-        let bad_values: [(&'static str, &[u8]); 10] = [
+        let bad_values: [(&'static str, &[u8]); 11] = [
             (h::JOB, b""),
             (h::JOB, b"a job"),
             (h::JOB, b"job/1"),
@@ -274,6 +331,7 @@ mod tests {
             (h::PARTS, b"0"),
             (h::PARTS, b"99"),
             (h::SOURCE, b"\xff\xfe"),
+            (h::REPLY_TO, b"s3"),
         ];
         for (name, value) in bad_values {
             let r = parse(Some(b"req-7"), &with(&hs, name, value)).unwrap_err();

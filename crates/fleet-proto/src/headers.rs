@@ -15,6 +15,13 @@ pub const DEADLINE: &str = "ce_deadline";
 pub const JOB: &str = "ce_fleetjob";
 /// How many models the request was fanned out to. Optional, default 1.
 pub const PARTS: &str = "ce_parts";
+/// Where the answer goes (`crate::reply`): `redis`, `kafka` or
+/// `redis,kafka`, within what the model allows. Optional: the lane's
+/// default in the model's config applies.
+pub const REPLY_TO: &str = "ce_fleetreplyto";
+/// On an answer record (`crate::answer_record`): the answer's status, so a
+/// reader can count a job's answers without parsing them.
+pub const STATUS: &str = "ce_fleetstatus";
 
 /// Header set on a dead-lettered message: why it could not become a request.
 pub const DLQ_REASON: &str = "fleet_dlq_reason";
@@ -29,6 +36,10 @@ pub const DLQ_TRUNCATED: &str = "fleet_dlq_truncated";
 
 pub const SPEC_VERSION_VALUE: &str = "1.0";
 pub const TYPE_VALUE: &str = "fleet.infer.v1";
+/// `ce_type` of an answer record on an answers topic.
+pub const ANSWER_TYPE_VALUE: &str = "fleet.answer.v1";
+/// `content-type` of an answer record: the answer JSON.
+pub const ANSWER_CONTENT_TYPE: &str = "application/json";
 
 /// Upper bound on `ce_parts`: a request fans out to at most this many models.
 pub const MAX_PARTS: u32 = 16;

@@ -122,6 +122,21 @@ impl Namespace {
         format!("{}{model}.dlq", self.topic_prefix)
     }
 
+    /// `infer.<model>.answers` or `infer.<model>.bulk.answers`: where the
+    /// answers of `lane`'s requests that go to Kafka are produced (keyed
+    /// by request id, the answer JSON as value: `crate::answer_record`).
+    pub fn answers_topic(&self, model: &ModelName, lane: crate::Lane) -> String {
+        format!("{}{model}{}.answers", self.topic_prefix, lane.topic_suffix())
+    }
+
+    /// `infer.fleet.jobs`: the job records (`crate::job_record`) of every
+    /// model of the release, keyed by job id. No model's topics can have
+    /// this name: a model name has no dot, and no model topic ends in
+    /// `.jobs`.
+    pub fn jobs_topic(&self) -> String {
+        format!("{}fleet.jobs", self.topic_prefix)
+    }
+
     /// `fleet.<model>`: the consumer group of this model's workers.
     pub fn consumer_group(&self, model: &ModelName) -> String {
         format!("{}{model}", self.group_prefix)
@@ -202,6 +217,9 @@ mod tests {
         assert_eq!(ns.lane_topic(&m, crate::Lane::Interactive), "infer.minilm");
         assert_eq!(ns.lane_topic(&m, crate::Lane::Bulk), "infer.minilm.bulk");
         assert_eq!(ns.consumer_group(&m), "fleet.minilm");
+        assert_eq!(ns.answers_topic(&m, crate::Lane::Interactive), "infer.minilm.answers");
+        assert_eq!(ns.answers_topic(&m, crate::Lane::Bulk), "infer.minilm.bulk.answers");
+        assert_eq!(ns.jobs_topic(), "infer.fleet.jobs");
         assert_eq!(ns.result_key(&id), "fleet:result:{r-1}");
         assert_eq!(ns.cancel_key(&id), "fleet:cancel:{r-1}");
         assert_eq!(ns.ready_key(&id), "fleet:ready:{r-1}");
@@ -217,6 +235,8 @@ mod tests {
         let ns = Namespace::new("blue.infer.", "blue-fleet.", "blue:fleet:").unwrap();
         assert_eq!(ns.topic(&m), "blue.infer.minilm");
         assert_eq!(ns.dlq_topic(&m), "blue.infer.minilm.dlq");
+        assert_eq!(ns.answers_topic(&m, crate::Lane::Bulk), "blue.infer.minilm.bulk.answers");
+        assert_eq!(ns.jobs_topic(), "blue.infer.fleet.jobs");
         assert_eq!(ns.consumer_group(&m), "blue-fleet.minilm");
         assert_eq!(ns.result_key(&id), "blue:fleet:result:{r-1}");
         assert_eq!(ns.redis_pattern(), "blue:fleet:*");

@@ -8,15 +8,18 @@
 //! every rule here is unit-testable and identical on both sides of the broker.
 
 pub mod answer;
+pub mod answer_record;
 pub mod backlog;
 pub mod client_properties;
 pub mod clock;
 pub mod content_type;
 pub mod envelope;
 pub mod headers;
+pub mod job_record;
 pub mod keys;
 pub mod lane;
 pub mod limits;
+pub mod reply;
 pub mod request_id;
 pub mod rerank;
 
@@ -25,5 +28,6 @@ pub use content_type::ContentType;
 pub use envelope::{Envelope, Rejection};
 pub use keys::{ModelName, Namespace};
 pub use lane::Lane;
+pub use reply::{Destination, Destinations};
 pub use request_id::{JobId, RequestId};
 pub use rerank::RerankRequest;

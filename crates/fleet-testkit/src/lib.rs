@@ -2,6 +2,7 @@
 //! free ports, each stopped when its handle drops. Shared by every crate
 //! whose tests talk to Kafka or Redis, so they all start them the same way.
 
+pub mod answers;
 pub mod raw;
 
 use fleet_producer::topics::{ensure_topics, TopicSettings};

@@ -1,12 +1,24 @@
 //! What travels between the stages: a [`Job`] (a prepared request on its
 //! way to a batch), a [`Finished`] answer or a [`DeadLetter`] on their way
-//! to the sink, and the one way every stage builds an answer's timings and
-//! an answer given without compute.
+//! to the sink, the [`Reply`] every request carries from admission to the
+//! sink, and the one way every stage builds an answer's timings and an
+//! answer given without compute.
 
 use crate::stages::engine::input::ModelInput;
 use crate::stages::source::message::{Inbound, Position, RawHeader};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{headers, Answer, ErrorCode, JobId, RequestId, Timings};
+use fleet_proto::{headers, Answer, Destinations, ErrorCode, JobId, RequestId, Timings};
+
+/// Where a request's answer goes and the job it counts in: decided once, at
+/// admission (the lane's default, or what the request asked for within
+/// what the model allows), carried with the request to the sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub to: Destinations,
+    /// The job it belongs to (`ce_fleetjob`), which a cancel names and a
+    /// collector counts.
+    pub job: Option<JobId>,
+}
 
 /// A prepared request (tokenized or decoded) waiting for a batch.
 #[derive(Debug)]
@@ -20,36 +32,59 @@ pub struct Job {
     pub deadline_ms: u64,
     /// When the worker read it: how long it has been held since.
     pub read_ms: u64,
-    /// The job it belongs to (`ce_fleetjob`), which a cancel names.
-    pub job_id: Option<JobId>,
+    pub reply: Reply,
 }
 
 impl Job {
-    pub fn new(position: Position, id: RequestId, input: ModelInput, created_ms: u64, deadline_ms: u64) -> Self {
-        Self { position, id, input_hash: input.hash(), input, created_ms, deadline_ms, read_ms: now_ms(), job_id: None }
+    pub fn new(
+        position: Position,
+        id: RequestId,
+        input: ModelInput,
+        created_ms: u64,
+        deadline_ms: u64,
+        reply: Reply,
+    ) -> Self {
+        Self { position, id, input_hash: input.hash(), input, created_ms, deadline_ms, read_ms: now_ms(), reply }
     }
 
-    /// Makes it part of `job` (`None`: of none).
-    pub fn in_job(mut self, job_id: Option<JobId>) -> Self {
-        self.job_id = job_id;
-        self
+    /// The job it belongs to, which a cancel names.
+    pub fn job_id(&self) -> Option<&JobId> {
+        self.reply.job.as_ref()
+    }
+
+    /// Its answer, which `answer` is, to go where the request asked.
+    pub fn finished(self, answer: Answer, feature: Option<(String, String)>) -> Finished {
+        Finished { position: self.position, id: self.id, reply: self.reply, answer, feature }
     }
 }
 
-/// One answered request, with where it came from in Kafka.
+/// One answered request, with where it came from in Kafka and where its
+/// answer goes.
 #[derive(Debug, Clone)]
 pub struct Finished {
     pub position: Position,
     pub id: RequestId,
+    pub reply: Reply,
     pub answer: Answer,
     /// A freshly computed output to store in the feature cache: (key, value).
     pub feature: Option<(String, String)>,
 }
 
-/// What the sink takes: answers, or a message that ends as a dead letter.
+impl Finished {
+    /// An answer given without compute (an error, `expired`, `cancelled`).
+    pub fn without_compute(position: Position, id: RequestId, reply: Reply, answer: Answer) -> Self {
+        Self { position, id, reply, answer, feature: None }
+    }
+}
+
+/// What the sink takes: answers, a message that ends as a dead letter, or
+/// one whose answer was delivered before and is not written again.
 pub enum SinkItem {
     Answers(Vec<Finished>),
     DeadLetter(Box<DeadLetter>),
+    /// A message read again after Redis lost its data whose answer went
+    /// only to Kafka, where it still is: it ends without compute or write.
+    Delivered(Position),
 }
 
 /// Why a message ended as a dead letter (`fleet_dlq_reason`,
@@ -86,7 +121,7 @@ pub struct DeadLetter {
 impl DeadLetter {
     /// The message as it was read, with why it could not become a request.
     pub fn of_message(inbound: Inbound, reason: &'static str, detail: String) -> Self {
-        let Inbound { position, key, headers, payload } = inbound;
+        let Inbound { position, key, headers, payload, .. } = inbound;
         Self { position, key, headers, payload, reason, detail, truncated: false }
     }
 
@@ -139,7 +174,7 @@ pub fn timings(created_ms: Option<u64>, infer: Option<(u64, f64)>, now_ms: u64) 
 /// The answer of a request whose job was cancelled before it was computed.
 pub fn cancelled_answer(job: Job, model: &str, version: u64, now_ms: u64) -> Finished {
     let answer = Answer::cancelled(model, version, timings(Some(job.created_ms), None, now_ms));
-    Finished { position: job.position, id: job.id, answer, feature: None }
+    job.finished(answer, None)
 }
 
 /// An `error` answer given without compute.
@@ -158,12 +193,12 @@ pub fn error_answer(
 #[cfg(test)]
 pub(crate) fn finished_for_test() -> Finished {
     let answer = error_answer("minilm", 1, ErrorCode::BadRequest, "x".to_owned(), None, 0);
-    Finished {
-        position: Position { lane: fleet_proto::Lane::Interactive, partition: 2, offset: 40, generation: 1 },
-        id: RequestId::parse("r-1").unwrap(),
+    Finished::without_compute(
+        Position { lane: fleet_proto::Lane::Interactive, partition: 2, offset: 40, generation: 1 },
+        RequestId::parse("r-1").unwrap(),
+        Reply { to: Destinations::REDIS, job: None },
         answer,
-        feature: None,
-    }
+    )
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The fleet worker: consumes `infer.<model>` (interactive) and
-//! `infer.<model>.bulk` (bulk), answers into Redis.
+//! `infer.<model>.bulk` (bulk), answers into Redis or onto the lane's
+//! answers topic on Kafka, as each request's reply says.
 //!
 //! # Layout
 //!
@@ -19,8 +20,9 @@
 //! - [`stages::engine`]: the engine thread running batches on the serving
 //!   version (libtorch, split when out of memory), swapping versions; the
 //!   module read as its config's signature and task say.
-//! - [`stages::sink`]: answers into Redis, dead letters to the DLQ topic,
-//!   each failure sorted by whether a retry can cure it.
+//! - [`stages::sink`]: answers into Redis and onto the answers topics,
+//!   dead letters to the DLQ topic, each failure sorted by whether a retry
+//!   can cure it.
 //!
 //! Beside the path: [`job`] (what travels between stages), [`versions`]
 //! (repository, lifecycle, the one load path, the watcher), [`status`]

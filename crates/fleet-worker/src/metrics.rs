@@ -82,6 +82,12 @@ pub const BATCH_ROW_CAP: &str = "fleet_batch_row_cap";
 pub const PARTITIONS_REVOKED_TOTAL: &str = "fleet_partitions_revoked_total";
 /// Messages read again because Redis lost the answers written for them.
 pub const REPLAYED_TOTAL: &str = "fleet_replayed_total";
+/// Replayed messages whose answer went only to Kafka, where it still is:
+/// ended without compute, by lane.
+pub const REPLAY_DELIVERED_TOTAL: &str = "fleet_replay_delivered_total";
+/// Answers written to each destination (redis, kafka), by lane: an answer
+/// going to both counts once in each.
+pub const ANSWERS_DELIVERED_TOTAL: &str = "fleet_answers_delivered_total";
 /// Times this worker found that Redis had lost what the fleet wrote.
 pub const REDIS_MEMORY_LOST_TOTAL: &str = "fleet_redis_memory_lost_total";
 /// 1 while the model fails its known-good probe: the worker reads nothing.
@@ -149,7 +155,11 @@ pub fn register(labels: &SeriesLabels) {
     describe_histogram!(PADDING_EFFICIENCY, "Real tokens / computed tokens per model call");
     describe_histogram!(QUEUE_WAIT_SECONDS, Unit::Seconds, "From the request's creation to its model call");
     describe_histogram!(INFERENCE_SECONDS, Unit::Seconds, "Model call time per batch");
-    describe_histogram!(E2E_SECONDS, Unit::Seconds, "From the request's creation to its answer in Redis, by lane");
+    describe_histogram!(
+        E2E_SECONDS,
+        Unit::Seconds,
+        "From the request's creation to its answer formed and written everywhere it goes, by lane"
+    );
     describe_counter!(MODEL_ROWS_TOTAL, "Rows handed to the model (retries included)");
     describe_counter!(CACHE_HITS_TOTAL, "Requests answered from the feature cache");
     describe_counter!(CACHE_MISSES_TOTAL, "Requests the feature cache did not have");
@@ -174,7 +184,7 @@ pub fn register(labels: &SeriesLabels) {
     describe_gauge!(IN_FLIGHT_LIMIT, "Messages the worker may hold now (adaptive: follows batch latency)");
     describe_counter!(
         SINK_FAILURES_TOTAL,
-        "Failed writes, by target (redis, dlq) and class (transient, message, fleet)"
+        "Failed writes, by target (redis, answers: the answers topics, dlq) and class (transient, message, fleet)"
     );
     describe_gauge!(
         SINK_STALLED_SECONDS,
@@ -191,6 +201,14 @@ pub fn register(labels: &SeriesLabels) {
     );
     describe_counter!(PARTITIONS_REVOKED_TOTAL, "Partitions taken from this worker by rebalances");
     describe_counter!(REPLAYED_TOTAL, "Messages read again because Redis lost the answers written for them");
+    describe_counter!(
+        REPLAY_DELIVERED_TOTAL,
+        "Replayed messages whose answer went only to Kafka, where it still is: ended without compute, by lane"
+    );
+    describe_counter!(
+        ANSWERS_DELIVERED_TOTAL,
+        "Answers written, by destination (redis; kafka: the lane's answers topic) and lane"
+    );
     describe_counter!(
         REDIS_MEMORY_LOST_TOTAL,
         "Times Redis was found to have lost what the fleet wrote (restart without persistence, failover, flush)"
@@ -246,6 +264,10 @@ pub fn register(labels: &SeriesLabels) {
         gauge!(ASSIGNED_PARTITIONS, "lane" => lane).set(0.0);
         gauge!(KAFKA_REPLY_QUEUE, "lane" => lane).set(0.0);
         counter!(KAFKA_REBALANCES_TOTAL, "lane" => lane).absolute(0);
+        counter!(REPLAY_DELIVERED_TOTAL, "lane" => lane).absolute(0);
+        for destination in fleet_proto::Destination::ALL.map(fleet_proto::Destination::as_str) {
+            counter!(ANSWERS_DELIVERED_TOTAL, "destination" => destination, "lane" => lane).absolute(0);
+        }
         let _ = histogram!(E2E_SECONDS, "lane" => lane);
     }
     for code in ErrorCode::ALL {

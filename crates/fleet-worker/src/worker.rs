@@ -33,7 +33,7 @@ use crate::stages::engine::torch::choose_device;
 use crate::stages::engine::{BatchFeedback, EngineCommand, EngineStage};
 use crate::stages::sink::failure::redis_error_class;
 use crate::stages::sink::results::ReplicaWait;
-use crate::stages::sink::{DeadLetters, LocalRecord, ResultSink, SinkStage};
+use crate::stages::sink::{AnswerRecords, DeadLetters, LocalRecord, ResultSink, SinkStage};
 use crate::stages::source::lanes::LaneTopics;
 use crate::stages::source::ledger::Ledger;
 use crate::stages::source::Source;
@@ -115,6 +115,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     // the check above) log a full report at every interval instead.
     let producer_config = kafka.clone().remove("statistics.interval.ms").clone();
     let dead_letters = DeadLetters::new(&producer_config, names.dlq_topic(&args.model), names.topic(&args.model))?;
+    let answer_records = AnswerRecords::new(&producer_config, &names, &args.model, args.worker_id())?;
 
     let (job_tx, job_rx) = mpsc::channel::<Piped<Job>>(JOB_QUEUE);
     let (batch_tx, batch_rx) = mpsc::channel::<Piped<Batch<Job>>>(BATCH_QUEUE);
@@ -236,6 +237,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
     let sink = SinkStage {
         items: sink_rx,
         results,
+        answer_records,
         dead_letters,
         local: local_record,
         committer: committer.clone(),
@@ -282,6 +284,7 @@ pub async fn run(args: WorkerArgs, signal: impl Future<Output = ()>) -> Result<(
             version: version.version,
             intake,
             request_ttls: ttl.request_ttls(),
+            answers: version.config.answers,
             cancelled,
         },
         flow: FlowLimits {

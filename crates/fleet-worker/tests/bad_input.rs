@@ -22,6 +22,7 @@ fn headers_for(id: &str, content_type: ContentType) -> Vec<(String, String)> {
         deadline_ms: None,
         parts: 1,
         job: None,
+        reply_to: None,
     };
     envelope.to_headers().into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
@@ -61,6 +62,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         ("bad-image-to-text", Status::Error, Some(ErrorCode::UnsupportedFormat)),
         ("bad-huge", Status::Error, Some(ErrorCode::TextTooLong)),
         ("bad-job", Status::Error, Some(ErrorCode::BadRequest)),
+        ("bad-reply-topic", Status::Error, Some(ErrorCode::BadRequest)),
         ("bad-expired", Status::Expired, None),
         ("good-after", Status::Ok, None),
     ];
@@ -73,6 +75,8 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         case("bad-image-to-text", |hs| set(hs, h::CONTENT_TYPE, "image/png"), b"\x89PNG\r\n"),
         case("bad-huge", |_| {}, &vec![b'a'; 70_000]),
         case("bad-job", |hs| set(hs, h::JOB, "bad job!"), b"a job id with a space"),
+        // A destination is named, never a topic.
+        case("bad-reply-topic", |hs| set(hs, h::REPLY_TO, "kafka:infer.elsewhere"), b"answer me there"),
         case("bad-expired", |hs| set(hs, h::DEADLINE, "1000"), b"too late"),
     ];
     // No key and no ce_id: nowhere to answer, so it must land in the DLQ.

@@ -38,6 +38,7 @@ fn headers_for(id: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         deadline_ms: None,
         parts: 1,
         job: None,
+        reply_to: None,
     };
     envelope.to_headers().into_iter().map(|(k, v)| (k.as_bytes().to_vec(), Some(v.into_bytes()))).collect()
 }

@@ -9,7 +9,7 @@ mod common;
 
 use common::{metric_value, present_metric_value, serial, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{JobId, Lane, ModelName, Namespace, RequestId, Status};
+use fleet_proto::{Destinations, JobId, Lane, ModelName, Namespace, RequestId, Status};
 use futures::future::join_all;
 use redis::AsyncCommands;
 use std::time::Duration;
@@ -28,13 +28,15 @@ fn texts(tag: &str, count: usize) -> Vec<String> {
 }
 
 /// Sends `texts` on `lane` (in `job` when given) as `<prefix>-<n>`; the ids.
+/// Every answer asks for Redis, where these tests read them (a bulk
+/// answer's default is the answers topic: tests/bulk_answers.rs).
 async fn send(broker: &Broker, lane: Lane, job: Option<&JobId>, prefix: &str, texts: &[String]) -> Vec<RequestId> {
     let producer = FleetProducer::new(&broker.kafka(), "lanes-test").unwrap();
     let mut ids = Vec::new();
     let mut pending = Vec::new();
     for (i, text) in texts.iter().enumerate() {
         let id = RequestId::parse(&format!("{prefix}-{i}")).unwrap();
-        let mut request = Request::text(id.clone(), text.clone()).in_lane(lane);
+        let mut request = Request::text(id.clone(), text.clone()).in_lane(lane).reply_to(Destinations::REDIS);
         if let Some(job) = job {
             request = request.with_job(job.clone());
         }

@@ -40,7 +40,11 @@ async fn topics_are_created_grown_never_shrunk_and_differences_reported() {
 
     // No replication factor asked: the broker's default (-1) is accepted.
     let first = ensure(asked(4)).await.unwrap();
-    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(first.len(), 6, "{first:?}");
+    for answers in [names.answers_topic(&model, Lane::Interactive), names.answers_topic(&model, Lane::Bulk)] {
+        assert!(first.contains(&TopicChange::Created { topic: answers.clone(), partitions: 4 }), "{first:?}");
+    }
+    assert!(first.contains(&TopicChange::Created { topic: names.jobs_topic(), partitions: 1 }), "{first:?}");
     assert!(first.contains(&TopicChange::Created { topic: topic.clone(), partitions: 4 }), "{first:?}");
     assert!(first.contains(&TopicChange::Created { topic: bulk.clone(), partitions: 4 }), "{first:?}");
     assert!(first.contains(&TopicChange::Created { topic: dlq.clone(), partitions: 1 }), "{first:?}");

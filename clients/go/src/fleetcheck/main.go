@@ -7,13 +7,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +33,9 @@ var texts = []string{
 	"The girl is carrying a baby.",
 	"A man is riding a horse.",
 }
+
+// jobTexts are a job's texts (SendJob, Collect): the four above and two more.
+var jobTexts = append(append([]string{}, texts...), "A woman is playing the violin.", "Two dogs run across a field.")
 
 func check(ok bool, what string) {
 	if !ok {
@@ -142,14 +148,16 @@ func main() {
 		fleetclient.SendOptions{DeadlineMs: time.Now().UnixMilli() + 30_000, Admit: true}), "admitted")
 	check(wait(admitted, "minilm")["minilm"].Status == "ok", "admitted and answered")
 
-	// Lanes and jobs: the client refuses, before sending, a lane or a job id
-	// the fleet would not accept.
+	// Lanes, jobs and replies: the client refuses, before sending, a lane, a
+	// job id or a reply destination the fleet would not accept.
 	notSent := fmt.Sprintf("go-%s-not-sent", *run)
 	for _, opt := range []fleetclient.SendOptions{
 		{Lane: "urgent"}, {Job: "bad job!"}, {Job: strings.Repeat("j", 129)},
+		{ReplyTo: "s3"}, {ReplyTo: " , "}, {ReplyTo: "kafka:infer.minilm.answers"},
 	} {
 		err := client.SendText("minilm", notSent, "Never sent.", opt)
-		check(err != nil, fmt.Sprintf("the client refuses lane %q job %.20q: %v", opt.Lane, opt.Job, err))
+		check(err != nil, fmt.Sprintf("the client refuses lane %q job %.20q reply-to %q: %v",
+			opt.Lane, opt.Job, opt.ReplyTo, err))
 	}
 	check(client.Cancel("bad job!", 0) != nil, "the client refuses to cancel an invalid job id")
 	refusedLocally, err := client.Poll(notSent)
@@ -157,16 +165,17 @@ func main() {
 	check(len(refusedLocally) == 0, "nothing the client refused was sent")
 
 	// (a) The bulk lane (infer.minilm.bulk), in a job: answered like the
-	// interactive lane.
+	// interactive lane. Its answers go to Kafka unless a request asks for
+	// Redis too (ce_fleetreplyto), as this one does to be waited on.
 	bulkID := fmt.Sprintf("go-%s-bulk", *run)
-	must(client.SendText("minilm", bulkID, texts[0],
-		fleetclient.SendOptions{Lane: fleetclient.Bulk, Job: fmt.Sprintf("go-%s-job", *run)}), "sending on the bulk lane")
+	must(client.SendText("minilm", bulkID, texts[0], fleetclient.SendOptions{
+		Lane: fleetclient.Bulk, Job: fmt.Sprintf("go-%s-job", *run), ReplyTo: "redis,kafka"}), "sending on the bulk lane")
 	bulk := wait(bulkID, "minilm")["minilm"]
 	check(bulk.Status == fleetclient.StatusOK, "a text on the bulk lane, in a job, answered ok (got "+bulk.Status+")")
 	check(dot(embedding(bulk), embeddings[0]) > 0.99, "the bulk lane computes the same embedding")
 
 	// (b) A job cancelled before its requests are sent: each is answered
-	// cancelled, never computed (no output, no error).
+	// cancelled, never computed (no output, no error); in Redis, asked for.
 	job := fmt.Sprintf("go-%s-cancelled", *run)
 	must(client.Cancel(job, 0), "cancelling "+job)
 	ttl, err := redis.Int64(admin.Do("TTL", client.CancelKey(job)))
@@ -176,7 +185,8 @@ func main() {
 	var cancelled []string
 	for i, text := range texts[:3] {
 		id := fmt.Sprintf("go-%s-cancelled-%d", *run, i)
-		must(client.SendText("minilm", id, text, fleetclient.SendOptions{Lane: fleetclient.Bulk, Job: job}), "sending "+id)
+		must(client.SendText("minilm", id, text,
+			fleetclient.SendOptions{Lane: fleetclient.Bulk, Job: job, ReplyTo: fleetclient.ReplyRedis}), "sending "+id)
 		cancelled = append(cancelled, id)
 	}
 	for _, id := range cancelled {
@@ -218,5 +228,104 @@ func main() {
 	}
 	check(bad.Status == fleetclient.StatusError && code == "bad_request",
 		fmt.Sprintf("an invalid job id is answered error bad_request (got %s %s)", bad.Status, code))
+
+	checkCollectedJob(client, *run, embeddings[0])
 	fmt.Printf("all checks passed in %.1f s\n", time.Since(started).Seconds())
+}
+
+// checkCollectedJob: (d) a job sent with SendJob and collected off Kafka
+// (the bulk lane's answers go to infer.minilm.bulk.answers by default): one
+// line per request, each once; collecting again, or after a kill cut the
+// file mid-line, completes it without a repeat.
+func checkCollectedJob(client *fleetclient.Client, run string, firstEmbedding []float64) {
+	job := fmt.Sprintf("go-%s-collected", run)
+	n := len(jobTexts)
+	delivered, err := client.SendJob("minilm", jobTexts, job, "")
+	must(err, "sending job "+job)
+	check(delivered == n, fmt.Sprintf("SendJob sent %d requests of %s (delivered %d)", n, job, delivered))
+	record, err := client.JobRecord(job)
+	must(err, "reading the record of "+job)
+	answersTopic, _ := client.AnswersTopic("minilm", fleetclient.Bulk)
+	check(record != nil && record.Complete() && record.Requests == int64(n) && record.AnswersTopic == answersTopic,
+		fmt.Sprintf("%s holds the job's final record (got %+v)", client.JobsTopic(), record))
+
+	folder, err := os.MkdirTemp("", "fleetcheck-")
+	must(err, "making a temporary folder")
+	defer os.RemoveAll(folder)
+	path := filepath.Join(folder, "answers.jsonl")
+	type row struct {
+		RequestID string `json:"request_id"`
+		Line      *int   `json:"line"`
+		Status    string `json:"status"`
+		Answer    struct {
+			Output struct {
+				Embedding []float64 `json:"embedding"`
+			} `json:"output"`
+		} `json:"answer"`
+	}
+	collected := func() []row {
+		raw, err := os.ReadFile(path)
+		must(err, "reading "+path)
+		var rows []row
+		for _, line := range bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n")) {
+			var r row
+			must(json.Unmarshal(line, &r), "a collected line")
+			rows = append(rows, r)
+		}
+		return rows
+	}
+	distinct := func(rows []row) int {
+		ids := map[string]bool{}
+		for _, r := range rows {
+			ids[r.RequestID] = true
+		}
+		return len(ids)
+	}
+
+	counts, err := client.Collect(job, path, 120*time.Second)
+	must(err, "collecting "+job)
+	rows := collected()
+	check(len(rows) == n, fmt.Sprintf("Collect wrote %d lines (got %d)", n, len(rows)))
+	check(distinct(rows) == n, "one line per request id")
+	allOK, all384 := true, true
+	var lines []int
+	for _, r := range rows {
+		allOK = allOK && r.Status == fleetclient.StatusOK
+		all384 = all384 && len(r.Answer.Output.Embedding) == 384
+		if r.Line != nil {
+			lines = append(lines, *r.Line)
+		}
+		if r.Line != nil && *r.Line == 1 {
+			check(dot(r.Answer.Output.Embedding, firstEmbedding) > 0.99, "line 1 is the first text's embedding")
+		}
+	}
+	check(allOK, fmt.Sprintf("every answer of the job is ok (counts %v)", counts))
+	check(all384, "every collected answer holds a 384-dimensional embedding")
+	sort.Ints(lines)
+	check(reflect.DeepEqual(lines, []int{1, 2, 3, 4, 5, 6}), fmt.Sprintf("each line names its text (got %v)", lines))
+	want := map[string]int{fleetclient.StatusOK: n, fleetclient.StatusError: 0, fleetclient.StatusExpired: 0,
+		fleetclient.StatusCancelled: 0}
+	check(reflect.DeepEqual(counts, want), fmt.Sprintf("counts %v", counts))
+
+	again, err := client.Collect(job, path, 60*time.Second)
+	must(err, "collecting "+job+" again")
+	check(len(collected()) == n && reflect.DeepEqual(again, counts), "collecting again adds no line")
+
+	raw, err := os.ReadFile(path)
+	must(err, "reading "+path)
+	// A kill in the middle of a line: ten bytes into the one after the middle.
+	cut := len(raw)/2 + bytes.IndexByte(raw[len(raw)/2:], '\n') + 10
+	if cut > len(raw) {
+		cut = len(raw)
+	}
+	must(os.WriteFile(path, raw[:cut], 0o644), "cutting "+path)
+	_, err = client.Collect(job, path, 120*time.Second)
+	must(err, "collecting "+job+" after a cut")
+	rows = collected()
+	check(len(rows) == n && distinct(rows) == n,
+		fmt.Sprintf("a file cut mid-line is completed, each request once (got %d lines)", len(rows)))
+
+	progress, err := client.JobStatus(job)
+	must(err, "the status of "+job)
+	check(progress.Answered == int64(n) && progress.Waiting == 0, fmt.Sprintf("JobStatus: %v", progress.ByStatus))
 }

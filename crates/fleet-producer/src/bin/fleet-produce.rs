@@ -1,13 +1,15 @@
 //! `fleet-produce`: send texts or images to a model's topic (an image with a
 //! caption to two models at once), on the interactive or the bulk lane,
 //! optionally wait for the answers; stream a file into the bulk lane as one
-//! job, cancel a job; create the fleet's topics. A thin shell over the
-//! library.
+//! job, collect its answers into a file, see its progress, cancel it;
+//! create the fleet's topics. A thin shell over the library.
 
 // A subcommand's module lives in src/bin/fleet-produce/: a file directly in
 // src/bin/ would be taken by cargo for a binary of its own.
 #[path = "fleet-produce/bulk.rs"]
 mod bulk;
+#[path = "fleet-produce/jobs.rs"]
+mod jobs;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -45,13 +47,22 @@ enum Command {
     Image(ImageArgs),
     /// Stream a file of texts (one per line, or JSONL) into infer.<model>.bulk
     /// as one job, with a progress bar; prints the job id to cancel it by.
+    /// With --out, collects its answers into a file as they come.
     Bulk(bulk::BulkArgs),
+    /// Collect a job's answers from its answers topic into a file (JSONL,
+    /// or Parquet for a path ending in .parquet), each request once, until
+    /// every request has its final answer. Run again, it skips what the
+    /// file holds. Exit status 4 when some answers are not ok.
+    Collect(jobs::CollectArgs),
+    /// A job at a glance: sent, answered by status, waiting, rate, ETA.
+    Job(jobs::JobArgs),
     /// Cancel a job (ce_fleetjob): workers answer its requests `cancelled`
     /// instead of computing them, from within a second.
     Cancel(CancelArgs),
-    /// Create infer.<model>, infer.<model>.bulk and infer.<model>.dlq with
-    /// these settings, grow existing lanes to --partitions (never shrink),
-    /// report what differs.
+    /// Create infer.<model>, infer.<model>.bulk, infer.<model>.dlq, the
+    /// answers topics (infer.<model>.answers, infer.<model>.bulk.answers)
+    /// and the job records (infer.fleet.jobs) with these settings, grow
+    /// existing lanes to --partitions (never shrink), report what differs.
     Topics(TopicArgs),
     /// Print the ACL SETUSER commands of the worker and client Redis users
     /// for this release's key prefix (put the passwords in).
@@ -221,6 +232,8 @@ async fn main() -> Result<()> {
         Command::Send(args) => send(&connect_kafka(&cli.kafka).await?, &names, args).await,
         Command::Image(args) => send_images(&connect_kafka(&cli.kafka).await?, &names, args).await,
         Command::Bulk(args) => bulk::run(&connect_kafka(&cli.kafka).await?, &names, args).await,
+        Command::Collect(args) => jobs::run_collect(&connect_kafka(&cli.kafka).await?, &names, args).await,
+        Command::Job(args) => jobs::run_job(&connect_kafka(&cli.kafka).await?, &names, args).await,
         Command::Cancel(args) => cancel(&names, args).await,
         Command::RedisAcl(args) => {
             println!("{}", acl::setuser_command(acl::Role::Worker, &args.worker_user, &names));

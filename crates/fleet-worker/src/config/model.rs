@@ -30,6 +30,9 @@ pub struct ModelConfig {
     pub ttl: TtlConfig,
     #[serde(default)]
     pub device: DeviceConfig,
+    /// Where each lane's answers go (`[answers]`, [`super::answers`]).
+    #[serde(default)]
+    pub answers: super::answers::AnswersConfig,
 }
 
 /// `[device]`: precision and device memory. The memory fraction applies on
@@ -287,6 +290,7 @@ impl ModelConfig {
             ("[batching]", self.batching == other.batching),
             ("[ttl]", self.ttl == other.ttl),
             ("[device]", self.device == other.device),
+            ("[answers]", self.answers == other.answers),
         ];
         sections.into_iter().filter(|(_, same)| !same).map(|(name, _)| name).collect()
     }

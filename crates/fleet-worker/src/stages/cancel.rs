@@ -82,7 +82,7 @@ impl CancelledJobs {
 
     /// Whether `job`'s request may still be computed.
     pub fn allows(&self, job: &Job) -> bool {
-        job.job_id.as_ref().is_none_or(|id| !self.is_known(id))
+        job.job_id().is_none_or(|id| !self.is_known(id))
     }
 
     pub fn learn(&self, jobs: impl IntoIterator<Item = JobId>) {
@@ -197,10 +197,7 @@ impl CancelWatch {
 /// lookup asks about.
 pub fn unknown_jobs<'a>(known: &CancelledJobs, jobs: impl IntoIterator<Item = &'a Job>) -> Vec<&'a JobId> {
     let mut seen = HashSet::new();
-    jobs.into_iter()
-        .filter_map(|job| job.job_id.as_ref())
-        .filter(|id| !known.is_known(id) && seen.insert(*id))
-        .collect()
+    jobs.into_iter().filter_map(|job| job.job_id()).filter(|id| !known.is_known(id) && seen.insert(*id)).collect()
 }
 
 /// The jobs whose key had a value, from an MGET reply in `jobs`' order (a

@@ -12,7 +12,7 @@ use super::health::{self, Health};
 use super::redis_memory::{Memory, RedisMemory};
 use crate::metrics::{DRAIN_RATE, REDIS_MEMORY_LOST_TOTAL, REPLAYED_TOTAL, SINK_STALLED_SECONDS, WORKER_READY};
 use crate::shutdown::Shutdown;
-use crate::stages::source::Source;
+use crate::stages::source::{ReplayFrom, Source};
 use crate::versions::handover::VersionTtls;
 use fleet_proto::clock::now_ms;
 use fleet_proto::Lane;
@@ -42,9 +42,9 @@ pub struct StatusReporter {
     pub source: Arc<Source>,
     pub backlog: BacklogPublisher,
     pub memory: RedisMemory,
-    /// How far back a replay reads when Redis forgot: the longest a client
-    /// may still wait for an answer (request TTL + result TTL) of any
-    /// recent version.
+    /// How far back a replay reads when Redis forgot, lane by lane: the
+    /// longest a client may still wait for an answer of that lane (its
+    /// request TTL + result TTL) of any recent version.
     pub ttls: VersionTtls,
     pub health: Arc<Health>,
     /// NVML, on CUDA workers where the driver has it.
@@ -56,7 +56,7 @@ impl StatusReporter {
     pub async fn run(mut self) {
         let ready_gauge = metrics::gauge!(WORKER_READY);
         let mut drain = DrainMeter::default();
-        let mut replay_from: Option<i64> = None;
+        let mut replay_from = ReplayFrom::new();
         let mut membership = Membership::default();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -120,9 +120,9 @@ impl StatusReporter {
     }
 
     /// Looks at the marker; when Redis forgot, reads again what a client may
-    /// still wait for. A replay that fails is tried again every tick, from
-    /// the same point in time.
-    async fn look_at_redis_memory(&mut self, replay_from: &mut Option<i64>) {
+    /// still wait for, each lane over its own window. A replay that fails
+    /// is tried again every tick, from the same points in time.
+    async fn look_at_redis_memory(&mut self, replay_from: &mut ReplayFrom) {
         let look = self.memory.look(now_ms()).await;
         // A Redis round trip of its own: Redis is seen answering even while
         // the backlog, which needs the broker too, cannot be measured.
@@ -133,26 +133,31 @@ impl StatusReporter {
         match look {
             Ok(Memory::Forgotten) => {
                 metrics::counter!(REDIS_MEMORY_LOST_TOTAL).increment(1);
-                let window_ms = self.ttls.longest_wait_ms();
-                let from = now_ms().saturating_sub(window_ms) as i64;
-                tracing::error!(
-                    replay_window_s = window_ms / 1000,
-                    "Redis lost what the fleet wrote (restart without persistence, failover or flush); \
-                     replaying what a client may still wait for"
-                );
-                *replay_from = Some(replay_from.map_or(from, |earlier| earlier.min(from)));
+                for lane in Lane::ALL {
+                    let window_ms = self.ttls.longest_wait_ms(lane);
+                    let from = now_ms().saturating_sub(window_ms) as i64;
+                    tracing::error!(
+                        %lane,
+                        replay_window_s = window_ms / 1000,
+                        "Redis lost what the fleet wrote (restart without persistence, failover or flush); \
+                         replaying what a client may still wait for"
+                    );
+                    replay_from.entry(lane).and_modify(|earlier| *earlier = (*earlier).min(from)).or_insert(from);
+                }
             }
             Ok(Memory::FirstLook | Memory::Kept) => {}
             Err(e) => tracing::debug!(error = %e, "Redis memory marker not read"),
         }
-        let Some(from) = *replay_from else { return };
-        let source = self.source.clone();
-        match tokio::task::spawn_blocking(move || source.replay_since(from, Duration::from_secs(5))).await {
+        if replay_from.is_empty() {
+            return;
+        }
+        let (source, from) = (self.source.clone(), replay_from.clone());
+        match tokio::task::spawn_blocking(move || source.replay_since(&from, Duration::from_secs(5))).await {
             Ok(Ok(messages)) => {
                 metrics::counter!(REPLAYED_TOTAL).increment(messages);
                 tracing::warn!(messages, "replay begun: these messages are read and answered again");
                 self.health.set_replay_pending(None, now_ms());
-                *replay_from = None;
+                replay_from.clear();
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "replay not begun; trying again");

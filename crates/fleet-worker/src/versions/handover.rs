@@ -11,6 +11,7 @@
 //! The answers' TTLs follow the version that answers ([`VersionTtls`]).
 
 use crate::config::model::{RequestTtls, TtlConfig};
+use crate::config::AnswersConfig;
 use crate::guard;
 use crate::stages::admission::intake::Intake;
 use crate::stages::batch::bucket::BucketLimits;
@@ -29,6 +30,8 @@ pub struct Handover {
     /// The admission stage's: how requests are judged and prepared.
     pub intake: Option<Intake>,
     pub request_ttls: RequestTtls,
+    /// Where each lane's answers go from here on.
+    pub answers: AnswersConfig,
     /// The batch stage's: its limits, and the row caps the warm-up found.
     pub limits: BucketLimits,
     pub row_caps: Vec<(usize, usize)>,
@@ -82,10 +85,13 @@ impl VersionTtls {
             .unwrap_or_default()
     }
 
-    /// The longest time a client may still wait for an answer of any kept
-    /// version: its request TTL and then its result TTL.
-    pub fn longest_wait_ms(&self) -> u64 {
-        self.lock().iter().map(|(_, ttl)| ttl.request_ttl_ms + ttl.result_ttl_s * 1000).max().unwrap_or(0)
+    /// The longest time a client may still wait for an answer of `lane`
+    /// of any kept version: the lane's request TTL and then the result TTL
+    /// (a bulk request may wait hours for its turn; an interactive one
+    /// seconds).
+    pub fn longest_wait_ms(&self, lane: fleet_proto::Lane) -> u64 {
+        let wait = |ttl: &TtlConfig| ttl.request_ttls().of(lane) + ttl.result_ttl_s * 1000;
+        self.lock().iter().map(|(_, ttl)| wait(ttl)).max().unwrap_or(0)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, TtlConfig)>> {
@@ -96,6 +102,7 @@ impl VersionTtls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleet_proto::Lane;
 
     fn ttl(result_ttl_s: u64) -> TtlConfig {
         TtlConfig { result_ttl_s, ..TtlConfig::default() }
@@ -108,7 +115,9 @@ mod tests {
         assert_eq!((ttls.of(1).result_ttl_s, ttls.of(2).result_ttl_s), (30, 600));
         // A version not kept reads as the earliest kept.
         assert_eq!(ttls.of(7).result_ttl_s, 30);
-        assert_eq!(ttls.longest_wait_ms(), TtlConfig::default().request_ttl_ms + 600_000);
+        let defaults = TtlConfig::default();
+        assert_eq!(ttls.longest_wait_ms(Lane::Interactive), defaults.request_ttl_ms + 600_000);
+        assert_eq!(ttls.longest_wait_ms(Lane::Bulk), defaults.bulk_request_ttl_ms + 600_000, "its own lane's wait");
         // Handed over again (a rollback): its config of now.
         ttls.insert(1, ttl(90));
         assert_eq!(ttls.of(1).result_ttl_s, 90);

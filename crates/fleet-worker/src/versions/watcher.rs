@@ -157,6 +157,7 @@ impl Watcher {
                 task_tag: warmed.loaded.model.task_tag.clone(),
                 intake: Some(prepared.intake),
                 request_ttls: config.ttl.request_ttls(),
+                answers: config.answers,
                 limits,
                 row_caps: warmed.warm.row_caps,
                 loaded: Some(warmed.loaded),

@@ -5,7 +5,7 @@
 
 use super::intake::Decoding;
 use crate::guard::{self, Stage};
-use crate::job::{error_answer, Finished, Job, SinkItem};
+use crate::job::{error_answer, Finished, Job, Reply, SinkItem};
 use crate::stages::engine::input::ModelInput;
 use crate::stages::source::message::Position;
 use crate::versions::handover::Piped;
@@ -47,8 +47,8 @@ pub struct ImageDecode {
     pub id: RequestId,
     pub created_ms: u64,
     pub deadline_ms: u64,
-    /// The job it belongs to (`ce_fleetjob`).
-    pub job: Option<fleet_proto::JobId>,
+    /// Where its answer goes, the job it belongs to.
+    pub reply: Reply,
     /// Probed from the bytes: format and canvas size.
     pub header: Header,
     pub bytes: Vec<u8>,
@@ -93,8 +93,8 @@ impl ImageDecode {
             let answer = match decoded {
                 Ok(Ok(pixels)) => {
                     let input = ModelInput::Pixels(pixels);
-                    let job =
-                        Job::new(self.position, self.id, input, self.created_ms, self.deadline_ms).in_job(self.job);
+                    let (created_ms, deadline_ms) = (self.created_ms, self.deadline_ms);
+                    let job = Job::new(self.position, self.id, input, created_ms, deadline_ms, self.reply);
                     let _ = out.jobs.send(Piped::Work(job)).await;
                     return;
                 }
@@ -113,7 +113,7 @@ impl ImageDecode {
 
     fn refusal(&self, out: &DecodeOutlets, code: ErrorCode, message: String) -> Finished {
         let answer = error_answer(out.model.as_str(), self.version, code, message, Some(self.created_ms), now_ms());
-        Finished { position: self.position.clone(), id: self.id.clone(), answer, feature: None }
+        Finished::without_compute(self.position.clone(), self.id.clone(), self.reply.clone(), answer)
     }
 }
 

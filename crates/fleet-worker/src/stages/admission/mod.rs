@@ -26,7 +26,7 @@ pub mod policy;
 pub mod tokenize;
 
 use crate::guard::{self, Stage};
-use crate::job::{error_answer, DeadLetter, Finished, Job, SinkItem, PREPARE_PANICKED};
+use crate::job::{error_answer, DeadLetter, Finished, Job, Reply, SinkItem, PREPARE_PANICKED};
 use crate::metrics::{CONSUMER_PAUSED, IN_FLIGHT_LIMIT, TTL_DROPPED_TOTAL};
 use crate::shutdown::Shutdown;
 use crate::stages::engine::HeldFeedback;
@@ -196,6 +196,7 @@ impl AdmissionStage {
             self.policy.intake = intake;
         }
         self.policy.request_ttls = handover.request_ttls;
+        self.policy.answers = handover.answers;
         self.policy.version = handover.version;
         tracing::info!(version = handover.version, "admitting for the next version from here on");
         tokio::select! {
@@ -228,6 +229,7 @@ impl AdmissionStage {
                 self.sink.send(SinkItem::Answers(vec![finished])).await.is_ok()
             }
             Admitted::DeadLetter(letter) => self.sink.send(SinkItem::DeadLetter(Box::new(letter))).await.is_ok(),
+            Admitted::Delivered(position) => self.sink.send(SinkItem::Delivered(position)).await.is_ok(),
         }
     }
 }
@@ -246,7 +248,8 @@ fn admit_contained(policy: &AdmissionPolicy, mut inbound: Inbound, now: u64) -> 
                 Ok(Some(id)) => {
                     let (model, version) = (policy.model.as_str(), policy.version);
                     let answer = error_answer(model, version, ErrorCode::InternalError, detail, None, now);
-                    Admitted::Answer(Finished { position: inbound.position, id, answer, feature: None })
+                    let reply = Reply { to: policy.answers.default_for(inbound.position.lane), job: None };
+                    Admitted::Answer(Finished::without_compute(inbound.position, id, reply, answer))
                 }
                 _ => Admitted::DeadLetter(DeadLetter::of_message(inbound, PREPARE_PANICKED, detail)),
             }

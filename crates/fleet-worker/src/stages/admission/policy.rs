@@ -12,12 +12,15 @@ use super::image::{image_error_code, ImageDecode};
 use super::intake::Intake;
 use super::tokenize::{TextTokenizer, TokenizeError};
 use crate::config::model::RequestTtls;
-use crate::job::{error_answer, timings, DeadLetter, Finished, Job, MALFORMED_HEADER};
+use crate::config::AnswersConfig;
+use crate::job::{error_answer, timings, DeadLetter, Finished, Job, Reply, MALFORMED_HEADER};
 use crate::stages::cancel::CancelledJobs;
 use crate::stages::engine::input::{ModelInput, PairRow};
 use crate::stages::source::message::{Inbound, Position};
 use fleet_image::{Format, ImageLimits};
-use fleet_proto::{Answer, ContentType, Envelope, ErrorCode, ModelName, RequestId, RerankRequest};
+use fleet_proto::{
+    Answer, ContentType, Destination, Destinations, Envelope, ErrorCode, JobId, ModelName, RequestId, RerankRequest,
+};
 use std::sync::Arc;
 
 /// What admission needs to know about the model it admits for.
@@ -29,6 +32,8 @@ pub struct AdmissionPolicy {
     pub intake: Intake,
     /// The deadline when the producer set none, by lane: `ce_time` + this.
     pub request_ttls: RequestTtls,
+    /// Where each lane's answers go, and what a request may ask for.
+    pub answers: AnswersConfig,
     /// Jobs this worker knows are cancelled: their requests are answered
     /// `cancelled` here, before they are even tokenized.
     pub cancelled: Arc<CancelledJobs>,
@@ -45,12 +50,16 @@ pub enum Admitted {
     Answer(Finished),
     /// No readable request id: only the dead-letter topic can take it.
     DeadLetter(DeadLetter),
+    /// Read again after Redis lost its data, its answer not in Redis (on
+    /// Kafka, where it still is): it ends without compute or write.
+    Delivered(Position),
 }
 
 /// One message's request, once its envelope is read and its deadline known.
 struct Request<'a> {
     position: Position,
     envelope: Envelope,
+    reply: Reply,
     deadline_ms: u64,
     payload: &'a [u8],
     now_ms: u64,
@@ -61,26 +70,48 @@ impl AdmissionPolicy {
     /// bytes, or the whole message as a dead letter) is moved out of it.
     pub fn admit(&self, inbound: &mut Inbound, now_ms: u64) -> Admitted {
         let position = inbound.position.clone();
+        let lane_default = self.answers.default_for(position.lane);
         if let Some(malformed) = inbound.malformed_header() {
             return match inbound.readable_id() {
-                Some(id) => self.refuse(position, id, ErrorCode::BadRequest, malformed.to_string(), None, now_ms),
+                Some(id) => match self.reply(inbound, lane_default, None) {
+                    Some(reply) => {
+                        self.refuse(position, id, reply, ErrorCode::BadRequest, malformed.to_string(), None, now_ms)
+                    }
+                    None => Admitted::Delivered(position),
+                },
                 None => dead_letter(inbound, MALFORMED_HEADER, malformed.to_string()),
             };
         }
         let envelope = match Envelope::parse(inbound.key.as_deref(), inbound.header_pairs()) {
             Ok(envelope) => envelope,
             Err(rejection) => {
-                return match rejection.id.clone() {
-                    Some(id) => self.refuse(position, id, rejection.code, rejection.message, None, now_ms),
-                    None => dead_letter(inbound, rejection.dlq_reason(), rejection.message),
-                }
+                let Some(id) = rejection.id.clone() else {
+                    return dead_letter(inbound, rejection.dlq_reason(), rejection.message);
+                };
+                return match self.reply(inbound, lane_default, rejection.job) {
+                    Some(reply) => self.refuse(position, id, reply, rejection.code, rejection.message, None, now_ms),
+                    None => Admitted::Delivered(position),
+                };
             }
         };
+        let (to, refused) = match self.answers.resolve(position.lane, envelope.reply_to) {
+            Ok(to) => (to, None),
+            // Refused for where it asked its answer to go: the refusal goes
+            // where the lane's answers go.
+            Err(message) => (lane_default, Some(message)),
+        };
+        let Some(reply) = self.reply(inbound, to, envelope.job.clone()) else {
+            return Admitted::Delivered(position);
+        };
+        if let Some(message) = refused {
+            let created_ms = Some(envelope.created_ms);
+            return self.refuse(position, envelope.id, reply, ErrorCode::BadRequest, message, created_ms, now_ms);
+        }
         if let Some(job) = &envelope.job {
             if self.cancelled.is_known(job) {
                 let t = timings(Some(envelope.created_ms), None, now_ms);
                 let answer = Answer::cancelled(self.model.as_str(), self.version, t);
-                return Admitted::Answer(Finished { position, id: envelope.id, answer, feature: None });
+                return Admitted::Answer(Finished::without_compute(position, envelope.id, reply, answer));
             }
             // Watched from now on: a cancel is learned while it is held.
             self.cancelled.note_active(job, now_ms);
@@ -89,10 +120,10 @@ impl AdmissionPolicy {
         if deadline_ms <= now_ms {
             let t = timings(Some(envelope.created_ms), None, now_ms);
             let answer = Answer::expired(self.model.as_str(), self.version, t);
-            return Admitted::Answer(Finished { position, id: envelope.id, answer, feature: None });
+            return Admitted::Answer(Finished::without_compute(position, envelope.id, reply, answer));
         }
         let payload = inbound.payload.as_deref().unwrap_or_default();
-        let request = Request { position, envelope, deadline_ms, payload, now_ms };
+        let request = Request { position, envelope, reply, deadline_ms, payload, now_ms };
         match &self.intake {
             Intake::Text { max_text_bytes, tokenizer, documents: None } => {
                 self.admit_text(request, *max_text_bytes, tokenizer)
@@ -102,13 +133,13 @@ impl AdmissionPolicy {
             }
             Intake::Image { limits, decoding } => match probe_image(&self.model, &request, limits) {
                 Ok(header) => {
-                    let Request { position, envelope, deadline_ms, .. } = request;
+                    let Request { position, envelope, reply, deadline_ms, .. } = request;
                     Admitted::Decode(ImageDecode {
                         position,
                         id: envelope.id,
                         created_ms: envelope.created_ms,
                         deadline_ms,
-                        job: envelope.job,
+                        reply,
                         header,
                         bytes: inbound.payload.take().unwrap_or_default(),
                         decoding: decoding.clone(),
@@ -143,10 +174,8 @@ impl AdmissionPolicy {
         match tokenizer.tokenize(text) {
             Ok(tokens) => {
                 let input = ModelInput::Tokens { ids: tokens.ids, truncated: tokens.truncated };
-                let Request { position, envelope, deadline_ms, .. } = request;
-                Admitted::Job(
-                    Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms).in_job(envelope.job),
-                )
+                let Request { position, envelope, reply, deadline_ms, .. } = request;
+                Admitted::Job(Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms, reply))
             }
             Err(e) => {
                 let code = match e {
@@ -185,31 +214,43 @@ impl AdmissionPolicy {
         };
         match pair_rows(&rerank, max_text_bytes, max_documents, tokenizer) {
             Ok(input) => {
-                let Request { position, envelope, deadline_ms, .. } = request;
-                Admitted::Job(
-                    Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms).in_job(envelope.job),
-                )
+                let Request { position, envelope, reply, deadline_ms, .. } = request;
+                Admitted::Job(Job::new(position, envelope.id, input, envelope.created_ms, deadline_ms, reply))
             }
             Err((code, message)) => self.refuse_request(&request, code, message),
         }
     }
 
     fn refuse_request(&self, request: &Request<'_>, code: ErrorCode, message: String) -> Admitted {
-        let (position, id) = (request.position.clone(), request.envelope.id.clone());
-        self.refuse(position, id, code, message, Some(request.envelope.created_ms), request.now_ms)
+        let (position, id, reply) = (request.position.clone(), request.envelope.id.clone(), request.reply.clone());
+        self.refuse(position, id, reply, code, message, Some(request.envelope.created_ms), request.now_ms)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn refuse(
         &self,
         position: Position,
         id: RequestId,
+        reply: Reply,
         code: ErrorCode,
         message: String,
         created_ms: Option<u64>,
         now_ms: u64,
     ) -> Admitted {
         let answer = error_answer(self.model.as_str(), self.version, code, message, created_ms, now_ms);
-        Admitted::Answer(Finished { position, id, answer, feature: None })
+        Admitted::Answer(Finished::without_compute(position, id, reply, answer))
+    }
+
+    /// Where the answer of `inbound` goes: `to`, in `job`. A message read
+    /// again because Redis lost its data is answered again only where
+    /// Redis was to have it: Kafka still holds what went there, so one
+    /// whose answer went only to Kafka is `None` (delivered; not computed
+    /// again), and one that went to both is answered to Redis alone.
+    fn reply(&self, inbound: &Inbound, to: Destinations, job: Option<JobId>) -> Option<Reply> {
+        if !inbound.replayed {
+            return Some(Reply { to, job });
+        }
+        to.includes(Destination::Redis).then_some(Reply { to: Destinations::REDIS, job })
     }
 }
 
@@ -272,7 +313,8 @@ fn pair_rows(
 
 /// The whole message as a dead letter; what stays behind is its position.
 fn dead_letter(inbound: &mut Inbound, reason: &'static str, detail: String) -> Admitted {
-    let empty = Inbound { position: inbound.position.clone(), key: None, headers: Vec::new(), payload: None };
+    let empty =
+        Inbound { position: inbound.position.clone(), key: None, headers: Vec::new(), payload: None, replayed: false };
     Admitted::DeadLetter(DeadLetter::of_message(std::mem::replace(inbound, empty), reason, detail))
 }
 

@@ -18,7 +18,7 @@ pub mod bucket;
 pub mod downstream;
 pub mod speed_caps;
 
-use crate::job::{cancelled_answer, timings, Finished, Job, SinkItem};
+use crate::job::{cancelled_answer, timings, Job, SinkItem};
 use crate::metrics::{BATCH_ROW_CAP, TTL_DROPPED_TOTAL};
 use crate::stages::cancel::CancelledJobs;
 use crate::stages::engine::BatchFeedback;
@@ -256,11 +256,9 @@ impl BatchStage {
         let version = self.version;
         let answers = expired
             .into_iter()
-            .map(|job| Finished {
-                answer: Answer::expired(self.model.as_str(), version, timings(Some(job.created_ms), None, now)),
-                position: job.position,
-                id: job.id,
-                feature: None,
+            .map(|job| {
+                let answer = Answer::expired(self.model.as_str(), version, timings(Some(job.created_ms), None, now));
+                job.finished(answer, None)
             })
             .collect();
         self.sink.send(SinkItem::Answers(answers)).await.is_ok()
@@ -386,7 +384,8 @@ mod tests {
         let position = Position { lane: fleet_proto::Lane::Interactive, partition, offset, generation };
         let id = RequestId::parse(&format!("r-{offset}")).unwrap();
         let input = ModelInput::Tokens { ids: vec![101; 10], truncated: false };
-        Piped::Work(Job::new(position, id, input, now_ms(), now_ms() + 600_000))
+        let reply = crate::job::Reply { to: fleet_proto::Destinations::REDIS, job: None };
+        Piped::Work(Job::new(position, id, input, now_ms(), now_ms() + 600_000, reply))
     }
 
     fn handover(version: u64, max_batch_size: usize) -> Piped<Job> {
@@ -396,6 +395,7 @@ mod tests {
             task_tag: String::new(),
             intake: None,
             request_ttls: crate::config::model::TtlConfig::default().request_ttls(),
+            answers: Default::default(),
             limits: limits(max_batch_size),
             row_caps: vec![],
             loaded: None,

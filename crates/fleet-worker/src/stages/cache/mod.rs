@@ -192,7 +192,7 @@ impl CacheStage {
                     metrics::histogram!(CACHE_SAVED_SECONDS).record(infer_ms / 1000.0);
                     let t = timings(Some(job.created_ms), Some((now, 0.0)), now);
                     let answer = Answer::ok(self.cache.model.as_str(), version, output, t);
-                    hits.push(Finished { position: job.position, id: job.id, answer, feature: None });
+                    hits.push(job.finished(answer, None));
                 }
                 None => {
                     misses.items.push(job);

@@ -86,7 +86,7 @@ pub fn run_batch(
                     (Answer::error(model.as_str(), version, ErrorCode::ModelFailed, failure.message(), t), None)
                 }
             };
-            Finished { position: job.position, id: job.id, answer, feature }
+            job.finished(answer, feature)
         })
         .collect();
     BatchRun { finished, infer_ms, row_cap: run.row_cap, model_failures }

@@ -2,59 +2,35 @@
 //! [`DeadLetter`] with its reason headers, and the local record of letters
 //! the topic itself refused.
 
+use super::kafka_producer::ReplaceableProducer;
 use crate::job::DeadLetter;
 use fleet_proto::headers;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::FutureRecord;
 use rdkafka::ClientConfig;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// The dead-letter topic's producer. Idempotent (a retried send does not
-/// duplicate a letter), so a broker failure can make it fail fatally; it is
-/// then replaced by a new one, as `fleet_producer::FleetProducer` does.
+/// The dead-letter topic's producer. A missing DLQ topic is an operator's to
+/// restore (with its retention and size limit), not the broker's to create
+/// with its defaults: the sink then says the topic is missing.
 pub struct DeadLetters {
-    producer: Mutex<FutureProducer>,
-    config: ClientConfig,
+    producer: ReplaceableProducer,
     topic: String,
     source_topic: String,
 }
 
 impl DeadLetters {
     pub fn new(base: &ClientConfig, topic: String, source_topic: String) -> Result<Self, rdkafka::error::KafkaError> {
-        let mut config = base.clone();
-        config
-            .set("enable.idempotence", "true")
-            // A dead letter is the original message: it may be an image.
-            .set("message.max.bytes", fleet_proto::limits::MAX_MESSAGE_BYTES.to_string());
-        // A letter that cannot be delivered is reported within this, so the
-        // sink can say why instead of waiting librdkafka's default 5 min.
-        if config.get("message.timeout.ms").is_none() {
-            config.set("message.timeout.ms", "30000");
-        }
-        // A missing DLQ topic is an operator's to restore (with its
-        // retention and size limit), not the broker's to create with its
-        // defaults: the sink then says the topic is missing.
-        config.set("allow.auto.create.topics", "false");
-        if config.get("topic.metadata.propagation.max.ms").is_none() {
-            // A missing DLQ topic is reported after this (default 30 s).
-            config.set("topic.metadata.propagation.max.ms", "5000");
-        }
-        let producer = config.create()?;
-        Ok(Self { producer: Mutex::new(producer), config, topic, source_topic })
-    }
-
-    fn current(&self) -> FutureProducer {
-        self.producer.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+        // A dead letter is the original message: it may be an image.
+        let max_bytes = fleet_proto::limits::MAX_MESSAGE_BYTES.to_string();
+        let producer = ReplaceableProducer::new(base, &[("message.max.bytes", &max_bytes)])?;
+        Ok(Self { producer, topic, source_topic })
     }
 
     /// Swaps in a new producer after a fatal error.
     pub fn replace_producer(&self) -> Result<(), rdkafka::error::KafkaError> {
-        let fresh: FutureProducer = self.config.create()?;
-        let failed = std::mem::replace(&mut *self.producer.lock().unwrap_or_else(|p| p.into_inner()), fresh);
-        // Whatever the failed one still holds is failed too; do not wait.
-        let _ = failed.flush(Duration::ZERO);
-        Ok(())
+        self.producer.replace()
     }
 
     /// Writes `letter` with `fleet_dlq_reason`, `fleet_dlq_detail` and
@@ -82,7 +58,7 @@ impl DeadLetters {
         if let Some(payload) = &letter.payload {
             record = record.payload(payload.as_slice());
         }
-        self.current().send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
+        self.producer.current().send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
         Ok(())
     }
 }

@@ -15,8 +15,9 @@
 
 use rdkafka::types::RDKafkaErrorCode;
 
-/// What the sink writes to: the `target` label of its failures.
-pub const WRITE_TARGETS: [&str; 2] = ["redis", "dlq"];
+/// What the sink writes to: the `target` label of its failures (`answers`:
+/// the model's answers topics on Kafka).
+pub const WRITE_TARGETS: [&str; 3] = ["redis", "answers", "dlq"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureClass {

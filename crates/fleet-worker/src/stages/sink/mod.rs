@@ -1,6 +1,8 @@
-//! The sink: where finished requests leave the worker. Answers go to Redis
-//! (`fleet:result:{<id>}` hash field + `fleet:ready:{<id>}` push, both with the
-//! version's result TTL); messages without a readable id go to the DLQ topic.
+//! The sink: where finished requests leave the worker. Answers go where
+//! their request's reply names: Redis (`fleet:result:{<id>}` hash field +
+//! `fleet:ready:{<id>}` push, both with the version's result TTL), the
+//! lane's answers topic on Kafka ([`answer_records`]), or both; messages
+//! without a readable id go to the DLQ topic.
 //!
 //! A batch of answers is a small Lua script per answer, all sent at once on
 //! the multiplexed connection (one round trip; in Redis Cluster one per
@@ -15,11 +17,17 @@
 //! failures): one request whose keys cannot be written ends as a dead
 //! letter without holding back the rest of its batch.
 
+mod answer_lane;
+pub mod answer_records;
+mod backoff;
 pub mod dead_letters;
+mod ends;
 pub mod failure;
+mod kafka_producer;
 pub mod results;
 mod stage;
 
+pub use answer_records::AnswerRecords;
 pub use dead_letters::{DeadLetters, LocalRecord};
 pub use results::{Attempt, ResultSink};
 pub use stage::SinkStage;

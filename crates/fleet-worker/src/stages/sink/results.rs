@@ -91,15 +91,12 @@ impl ResultSink {
         Self { replicas: wait, ..self }
     }
 
-    /// Writes every answer of a batch, and the feature-cache entries of what
-    /// was computed: one result per answer (a Redis that cannot be reached
-    /// fails each with a connection error). A feature-cache
-    /// entry that cannot be stored costs a later hit, never the answer: its
-    /// failure is logged, not returned. `attempt`: a retry may find its own
-    /// earlier try landed (a timeout after Redis wrote it), which is no
-    /// duplicate.
-    pub async fn write(&mut self, finished: &[Finished], attempt: Attempt) -> Vec<Result<(), redis::RedisError>> {
-        let answers = finished.iter().map(|f| {
+    /// Writes every answer of a batch: one result per answer (a Redis that
+    /// cannot be reached fails each with a connection error). `attempt`: a
+    /// retry may find its own earlier try landed (a timeout after Redis
+    /// wrote it), which is no duplicate.
+    pub async fn write(&self, finished: &[&Finished], attempt: Attempt) -> Vec<Result<(), redis::RedisError>> {
+        let answers = finished.iter().map(|&f| {
             let mut conn = self.conn.clone();
             let write = redis::cmd("EVAL")
                 .arg(WRITE_ANSWER)
@@ -131,8 +128,26 @@ impl ResultSink {
                 Ok(())
             }
         });
-        let features =
-            finished.iter().filter_map(|f| f.feature.as_ref().map(|entry| (f, entry))).map(|(f, (key, value))| {
+        let outcomes = join_all(answers).await;
+        let Some(wait) = self.replicas.filter(|_| outcomes.iter().any(Result::is_ok)) else {
+            return outcomes;
+        };
+        // On the connection the answers went out on (a clone shares it):
+        // WAIT covers every write sent on it before.
+        let acknowledged = redis::cmd("WAIT")
+            .arg(wait.replicas)
+            .arg(wait.timeout.as_millis() as u64)
+            .query_async::<u32>(&mut self.conn.clone())
+            .await;
+        with_replicas(outcomes, wait.replicas, acknowledged)
+    }
+
+    /// Stores the feature-cache entries of what a batch computed, wherever
+    /// its answers go. An entry that cannot be stored costs a later hit,
+    /// never the answer: its failure is logged, not returned.
+    pub async fn store_features(&self, finished: &[&Finished]) {
+        let features = finished.iter().copied().filter_map(|f| f.feature.as_ref().map(|entry| (f, entry))).map(
+            |(f, (key, value))| {
                 let mut conn = self.conn.clone();
                 let ttl_s = self.ttls.of(f.answer.version).feature_ttl_s;
                 let store = redis::cmd("SET").arg(key).arg(value).arg("EX").arg(ttl_s).to_owned();
@@ -141,19 +156,9 @@ impl ResultSink {
                         tracing::warn!(error = %e, id = %f.id, "feature-cache entry not stored");
                     }
                 }
-            });
-        let (outcomes, _) = futures::join!(join_all(answers), join_all(features));
-        let Some(wait) = self.replicas.filter(|_| outcomes.iter().any(Result::is_ok)) else {
-            return outcomes;
-        };
-        // On the connection the answers went out on: WAIT covers every
-        // write sent on it before.
-        let acknowledged = redis::cmd("WAIT")
-            .arg(wait.replicas)
-            .arg(wait.timeout.as_millis() as u64)
-            .query_async::<u32>(&mut self.conn)
-            .await;
-        with_replicas(outcomes, wait.replicas, acknowledged)
+            },
+        );
+        join_all(features).await;
     }
 }
 

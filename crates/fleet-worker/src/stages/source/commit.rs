@@ -21,6 +21,8 @@ struct PartitionState {
     /// fetched before the seek back and are not tracked until the first
     /// replayed one (below it) is (see [`CommitTracker::rewind`]).
     refused_from: Option<i64>,
+    /// After a rewind: messages below this offset are read again (a replay).
+    replayed_below: Option<i64>,
 }
 
 impl PartitionState {
@@ -132,8 +134,15 @@ impl<P: Ord + Copy> CommitTracker<P> {
         self.assign(partition);
         if let Some(state) = self.partitions.get_mut(&partition) {
             state.refused_from = Some(stood_at);
+            state.replayed_below = Some(stood_at);
         }
         true
+    }
+
+    /// Whether the message at `offset` is read again by a rewind of this
+    /// ownership of `partition` (it was read, and answered, before).
+    pub fn is_replayed(&self, partition: P, offset: i64) -> bool {
+        self.partitions.get(&partition).and_then(|s| s.replayed_below).is_some_and(|below| offset < below)
     }
 
     /// Partitions owned now.
@@ -202,6 +211,20 @@ mod tests {
         }
         assert_eq!(t.complete(0, new, 90), Some(91));
         assert_eq!(t.complete(0, new, 91), Some(92));
+    }
+
+    #[test]
+    fn what_a_rewind_reads_again_is_known_as_replayed_until_the_partition_is_assigned_again() {
+        let mut t = CommitTracker::default();
+        let first = t.assign(0);
+        assert!(t.track(0, first, 40, 1));
+        assert!(!t.is_replayed(0, 40), "read for the first time");
+        assert!(t.rewind(0, 50));
+        let (below, at) = (t.is_replayed(0, 49), t.is_replayed(0, 50));
+        assert!(below && !at, "below where reading stood: read again; from there on: new");
+        assert!(!t.is_replayed(1, 10), "a partition not owned");
+        t.assign(0);
+        assert!(!t.is_replayed(0, 49), "a new ownership reads the partition afresh");
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct Inbound {
     pub key: Option<Vec<u8>>,
     pub headers: Vec<RawHeader>,
     pub payload: Option<Vec<u8>>,
+    /// Read again because Redis lost its data (a replay): answered again
+    /// only where Redis was to have its answer.
+    pub replayed: bool,
 }
 
 /// A header whose name is not UTF-8: where it was, and its bytes shown
@@ -87,6 +90,7 @@ impl Inbound {
             key: message.key().map(<[u8]>::to_vec),
             headers: raw_headers(message),
             payload: message.payload().map(<[u8]>::to_vec),
+            replayed: false,
         }
     }
 
@@ -163,6 +167,7 @@ mod tests {
             key: Some(b"id".to_vec()),
             headers,
             payload: Some(b"text".to_vec()),
+            replayed: false,
         }
     }
 

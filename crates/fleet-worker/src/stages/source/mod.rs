@@ -56,6 +56,10 @@ use tokio::task::JoinHandle;
 /// little beyond librdkafka's own (capped) prefetch.
 const HANDOVER_QUEUE: usize = 16;
 
+/// Where a replay begins, by lane: Unix ms, the time of the first message
+/// to read again.
+pub type ReplayFrom = std::collections::BTreeMap<Lane, i64>;
+
 /// What [`Source::backlog`] measured, and when (Unix ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BacklogSnapshot {
@@ -278,8 +282,9 @@ impl Source {
         Ok(BacklogSnapshot { messages: (unread + in_flight as i64).max(0) as u64, as_of_ms })
     }
 
-    /// Reads again every owned partition from its first message at or after
-    /// `from_ms` (Kafka's offsets-for-times), or from its oldest message in
+    /// Reads again every owned partition of each lane of `from` from its
+    /// first message at or after that lane's time (Unix ms; Kafka's
+    /// offsets-for-times), or from its oldest message in
     /// flight if that is older (held through an outage longer than the
     /// window), where that is before where reading stands: Redis lost the
     /// answers written for those messages (`status::redis_memory`). Each
@@ -288,9 +293,9 @@ impl Source {
     /// answers are written with HSETNX, so one that Redis still has is not
     /// written (nor announced) twice. Returns how many messages will be read
     /// again. Blocks on the broker: run it off the async runtime.
-    pub fn replay_since(&self, from_ms: i64, timeout: Duration) -> Result<u64, KafkaError> {
+    pub fn replay_since(&self, from: &ReplayFrom, timeout: Duration) -> Result<u64, KafkaError> {
         let mut replayed = 0;
-        for lane in Lane::ALL {
+        for (&lane, &from_ms) in from {
             replayed += self.replay_lane_since(lane, from_ms, timeout)?;
         }
         // Every owned partition is replayed: no floor is owed any more.
@@ -422,8 +427,11 @@ impl Inbox {
             let partition = inbound.position.lane_partition();
             let Position { generation, offset, .. } = inbound.position;
             let size = inbound.size_bytes();
-            if self.ledger.change(|tracker| tracker.track(partition, generation, offset, size)) {
-                return Some(inbound);
+            let tracked = self.ledger.change(|tracker| {
+                tracker.track(partition, generation, offset, size).then(|| tracker.is_replayed(partition, offset))
+            });
+            if let Some(replayed) = tracked {
+                return Some(Inbound { replayed, ..inbound });
             }
             tracing::debug!(%partition, offset, "read before its partition was revoked; left to its next owner");
         }

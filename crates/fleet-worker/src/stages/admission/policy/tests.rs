@@ -25,6 +25,7 @@ fn policy_with(intake: Intake) -> AdmissionPolicy {
         version: 4,
         intake,
         request_ttls: TtlConfig::default().request_ttls(),
+        answers: Default::default(),
         cancelled: Default::default(),
     }
 }
@@ -66,6 +67,7 @@ fn envelope(content_type: ContentType) -> Envelope {
         deadline_ms: None,
         parts: 1,
         job: None,
+        reply_to: None,
     }
 }
 
@@ -75,6 +77,7 @@ fn inbound(envelope: &Envelope, payload: &[u8]) -> Inbound {
         key: Some(envelope.id.as_str().as_bytes().to_vec()),
         headers: envelope.to_headers().into_iter().map(|(k, v)| RawHeader::new(k, Some(v.into_bytes()))).collect(),
         payload: Some(payload.to_vec()),
+        replayed: false,
     }
 }
 
@@ -305,4 +308,73 @@ async fn a_worker_decoding_image_after_image_keeps_only_the_decodes_under_way() 
         panic!("a decode was refused: {:?}", refused[0].answer);
     }
     assert_eq!(jobs, IMAGES, "every image decoded into a job");
+}
+
+/// `message` read from `lane`'s topic.
+fn on_lane(mut message: Inbound, lane: fleet_proto::Lane) -> Inbound {
+    message.position.lane = lane;
+    message
+}
+
+/// Where an admitted request's answer goes, whether it is answered now or computed.
+fn reply_of(admitted: &Admitted) -> &Reply {
+    match admitted {
+        Admitted::Job(job) => &job.reply,
+        Admitted::Answer(finished) => &finished.reply,
+        other => panic!("expected a job or an answer, got {other:?}"),
+    }
+}
+
+#[test]
+fn each_lane_answers_where_the_model_says_unless_the_request_asks_within_what_it_allows() {
+    use fleet_proto::Lane;
+    let p = policy();
+    let mut text = envelope(ContentType::Text);
+    text.job = Some(JobId::parse("reembed-1").unwrap());
+    let bulk = admit(&p, on_lane(inbound(&text, b"hello there"), Lane::Bulk));
+    assert_eq!(reply_of(&bulk).to, Destinations::KAFKA);
+    assert_eq!(reply_of(&bulk).job.as_ref().map(JobId::as_str), Some("reembed-1"));
+    assert_eq!(reply_of(&admit(&p, inbound(&text, b"hello there"))).to, Destinations::REDIS);
+    text.reply_to = Some(Destinations::BOTH);
+    assert_eq!(reply_of(&admit(&p, on_lane(inbound(&text, b"hello"), Lane::Bulk))).to, Destinations::BOTH);
+
+    let only_redis = AdmissionPolicy {
+        answers: AnswersConfig { allowed: Destinations::REDIS, ..AnswersConfig::default() },
+        ..policy()
+    };
+    let refused = admit(&only_redis, on_lane(inbound(&text, b"hello"), Lane::Bulk));
+    // Refused where the lane's answers go, still counted in its job.
+    assert_eq!(reply_of(&refused).to, Destinations::KAFKA);
+    assert_eq!(reply_of(&refused).job.as_ref().map(JobId::as_str), Some("reembed-1"));
+    assert_eq!(error_code(refused), ErrorCode::BadRequest);
+}
+
+#[test]
+fn a_refused_header_still_names_the_job_of_its_answer() {
+    let mut text = envelope(ContentType::Text);
+    text.job = Some(JobId::parse("reembed-1").unwrap());
+    let mut message = on_lane(inbound(&text, b"hello"), fleet_proto::Lane::Bulk);
+    message.headers.push(RawHeader::new(h::REPLY_TO, Some(b"kafka:infer.elsewhere".to_vec())));
+    let refused = admit(&policy(), message);
+    assert_eq!(reply_of(&refused).job.as_ref().map(JobId::as_str), Some("reembed-1"));
+    assert_eq!(reply_of(&refused).to, Destinations::KAFKA);
+    assert_eq!(error_code(refused), ErrorCode::BadRequest);
+}
+
+#[test]
+fn a_replayed_message_is_answered_again_only_where_redis_was_to_have_it() {
+    let p = policy();
+    let mut text = envelope(ContentType::Text);
+    let replayed = |envelope: &Envelope, lane| Inbound { replayed: true, ..on_lane(inbound(envelope, b"hello"), lane) };
+    let kafka_only = admit(&p, replayed(&text, fleet_proto::Lane::Bulk));
+    assert!(matches!(kafka_only, Admitted::Delivered(ref at) if at.offset == 7), "{kafka_only:?}");
+    assert_eq!(reply_of(&admit(&p, replayed(&text, fleet_proto::Lane::Interactive))).to, Destinations::REDIS);
+    text.reply_to = Some(Destinations::BOTH);
+    let both = admit(&p, replayed(&text, fleet_proto::Lane::Bulk));
+    assert_eq!(reply_of(&both).to, Destinations::REDIS, "Kafka has it still");
+    // Refused before its envelope is read: its refusal went where the
+    // lane's answers go (Kafka), and is there still.
+    let mut no_envelope = replayed(&text, fleet_proto::Lane::Bulk);
+    no_envelope.headers.retain(|header| header.name != h::TIME.as_bytes());
+    assert!(matches!(admit(&p, no_envelope), Admitted::Delivered(_)));
 }

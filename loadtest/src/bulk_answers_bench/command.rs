@@ -1,0 +1,89 @@
+//! `loadtest bulk-answers`: its flags, the backfill file it writes, the
+//! bench it runs and the RESULT lines it prints.
+
+use super::{backfill_texts, faults_line, result_line, run, BulkAnswersBench};
+use crate::fleet::Binaries;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `loadtest bulk-answers`: the command's flags.
+#[derive(clap::Args)]
+pub struct BulkAnswersArgs {
+    /// Distinct lines of real documents (a distribution's licences and
+    /// changelogs: scripts/bench-bulk-answers.sh gathers them); the
+    /// backfill's texts are runs of 1 to 8 of them.
+    #[arg(long)]
+    lines: PathBuf,
+    /// Texts of the backfill.
+    #[arg(long, default_value_t = 100_000)]
+    texts: usize,
+    /// The interactive rate as a share of the worker's measured capacity.
+    #[arg(long, default_value_t = 0.3)]
+    interactive_fraction: f64,
+    /// Each step's interactive window (the backfill goes on after it).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    #[arg(long, default_value_t = 2000)]
+    capacity_texts: usize,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, default_value_t = 43)]
+    seed: u64,
+    /// Also the backfill with the worker killed twice and the collector once.
+    #[arg(long)]
+    faults: bool,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+    /// Where the backfill file and the answers files go.
+    #[arg(long, default_value = "loadtest-report/bulk-answers")]
+    work_dir: PathBuf,
+}
+
+/// Runs the benchmark and prints its RESULT lines.
+pub async fn command(args: BulkAnswersArgs, corpus: Vec<String>) -> Result<()> {
+    if !(0.0..1.0).contains(&args.interactive_fraction) || args.texts == 0 {
+        bail!("--interactive-fraction must be in [0, 1) and --texts at least 1");
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&args.lines)
+        .with_context(|| format!("reading {}", args.lines.display()))?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    std::fs::create_dir_all(&args.work_dir)?;
+    let backfill_file = args.work_dir.join("backfill.txt");
+    std::fs::write(&backfill_file, backfill_texts(&lines, args.texts, args.seed).join("\n") + "\n")?;
+    let binaries = Binaries::from_env()?;
+    let produce = binaries.worker.with_file_name("fleet-produce");
+    if !produce.is_file() {
+        bail!("no fleet-produce beside {} (cargo build --release --workspace --bins)", binaries.worker.display());
+    }
+    let bench = BulkAnswersBench {
+        binaries,
+        produce,
+        corpus,
+        backfill_file,
+        backfill_texts: args.texts,
+        interactive_fraction: args.interactive_fraction,
+        duration: args.duration,
+        capacity_texts: args.capacity_texts,
+        partitions: args.partitions,
+        seed: args.seed,
+        work_dir: args.work_dir,
+        faults: args.faults,
+    };
+    let report = run(&bench).await?;
+    println!("{}", result_line(&report));
+    if let Some(faults) = &report.faults {
+        println!("{}", faults_line(report.texts, faults));
+    }
+    Ok(())
+}
+
+impl BulkAnswersArgs {
+    pub fn corpus(&self) -> &Path {
+        &self.corpus
+    }
+}
