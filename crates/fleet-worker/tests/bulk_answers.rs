@@ -87,17 +87,6 @@ fn strings(ids: &[RequestId]) -> BTreeSet<String> {
     ids.iter().map(RequestId::to_string).collect()
 }
 
-/// How many of `ids` have an answer in Redis now.
-async fn in_redis(redis: &Redis, ids: &[RequestId]) -> usize {
-    let mut conn = redis.connection().await;
-    let mut pipe = redis::pipe();
-    for id in ids {
-        pipe.exists(Namespace::default().result_key(id));
-    }
-    let present: Vec<bool> = pipe.query_async(&mut conn).await.unwrap();
-    present.into_iter().filter(|&p| p).count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_lane_answers_where_its_config_and_its_requests_say() {
     let _serial = serial().await;
@@ -127,7 +116,11 @@ async fn each_lane_answers_where_its_config_and_its_requests_say() {
     assert_eq!(ids_of(&on_interactive), strings(&interactive_kafka), "interactive answers on Kafka");
     assert!(on_interactive.iter().all(|a| a.job.is_none()));
     // Not in Redis: what went to Kafka only.
-    assert_eq!(in_redis(&redis, &[bulk_default, interactive_kafka].concat()).await, 0, "Kafka-only answers in Redis");
+    assert_eq!(
+        common::answered_now(&redis, &[bulk_default, interactive_kafka].concat()).await,
+        0,
+        "Kafka-only answers in Redis"
+    );
 
     let group = names.consumer_group(&minilm());
     for lane in Lane::ALL {

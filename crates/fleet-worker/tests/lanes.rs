@@ -56,17 +56,6 @@ async fn statuses(redis: &Redis, ids: &[RequestId]) -> Vec<Status> {
     answers.into_iter().map(|answers| answers.unwrap_or_else(|e| panic!("{e}"))[minilm().as_str()].status).collect()
 }
 
-/// How many of `ids` have an answer now.
-async fn answered_now(redis: &Redis, ids: &[RequestId]) -> usize {
-    let mut conn = redis.connection().await;
-    let mut pipe = redis::pipe();
-    for id in ids {
-        pipe.exists(Namespace::default().result_key(id));
-    }
-    let present: Vec<bool> = pipe.query_async(&mut conn).await.unwrap();
-    present.into_iter().filter(|&p| p).count()
-}
-
 /// A worker of the two lanes, started after the backlogs were sent (so it
 /// meets them both at once), reading with `--bulk-share share`.
 async fn worker_meeting_backlogs(broker: &Broker, redis: &Redis, share: &str) -> Worker {
@@ -90,7 +79,7 @@ async fn interactive_requests_overtake_a_bulk_backlog_sent_before_them() {
     let worker = worker_meeting_backlogs(&broker, &redis, "0.1").await;
 
     assert!(statuses(&redis, &interactive).await.iter().all(|s| *s == Status::Ok));
-    let bulk_done_by_then = answered_now(&redis, &bulk).await;
+    let bulk_done_by_then = common::answered_now(&redis, &bulk).await;
     assert!(
         bulk_done_by_then < bulk.len() / 2,
         "{bulk_done_by_then} of {} bulk requests were answered before the last interactive one",

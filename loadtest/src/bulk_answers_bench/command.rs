@@ -33,6 +33,9 @@ pub struct BulkAnswersArgs {
     /// Also the backfill with the worker killed twice and the collector once.
     #[arg(long)]
     faults: bool,
+    /// Texts of that backfill (its first lines of the same file); default: --texts.
+    #[arg(long)]
+    fault_texts: Option<usize>,
     #[arg(long, default_value = "scripts/demo-sentences.txt")]
     corpus: PathBuf,
     /// Where the backfill file and the answers files go.
@@ -45,16 +48,22 @@ pub async fn command(args: BulkAnswersArgs, corpus: Vec<String>) -> Result<()> {
     if !(0.0..1.0).contains(&args.interactive_fraction) || args.texts == 0 {
         bail!("--interactive-fraction must be in [0, 1) and --texts at least 1");
     }
-    let lines: Vec<String> = std::fs::read_to_string(&args.lines)
-        .with_context(|| format!("reading {}", args.lines.display()))?
-        .lines()
+    // Old documents hold lines in other encodings: only UTF-8 ones are texts.
+    let raw = std::fs::read(&args.lines).with_context(|| format!("reading {}", args.lines.display()))?;
+    let lines: Vec<String> = raw
+        .split(|&b| b == b'\n')
+        .filter_map(|line| std::str::from_utf8(line).ok())
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect();
     std::fs::create_dir_all(&args.work_dir)?;
     let backfill_file = args.work_dir.join("backfill.txt");
-    std::fs::write(&backfill_file, backfill_texts(&lines, args.texts, args.seed).join("\n") + "\n")?;
+    let texts = backfill_texts(&lines, args.texts, args.seed);
+    std::fs::write(&backfill_file, texts.join("\n") + "\n")?;
+    let fault_texts = args.fault_texts.unwrap_or(args.texts).min(args.texts);
+    let fault_file = args.work_dir.join("backfill-faults.txt");
+    std::fs::write(&fault_file, texts[..fault_texts].join("\n") + "\n")?;
     let binaries = Binaries::from_env()?;
     let produce = binaries.worker.with_file_name("fleet-produce");
     if !produce.is_file() {
@@ -72,12 +81,12 @@ pub async fn command(args: BulkAnswersArgs, corpus: Vec<String>) -> Result<()> {
         partitions: args.partitions,
         seed: args.seed,
         work_dir: args.work_dir,
-        faults: args.faults,
+        faults: args.faults.then_some((fault_file, fault_texts)),
     };
     let report = run(&bench).await?;
     println!("{}", result_line(&report));
-    if let Some(faults) = &report.faults {
-        println!("{}", faults_line(report.texts, faults));
+    if let (Some(faults), Some((_, texts))) = (&report.faults, &bench.faults) {
+        println!("{}", faults_line(*texts, faults));
     }
     Ok(())
 }

@@ -56,7 +56,8 @@ pub struct BulkAnswersBench {
     pub seed: u64,
     /// Where the answers files go.
     pub work_dir: PathBuf,
-    pub faults: bool,
+    /// The backfill of step 4 (a file, its texts); `None`: no step 4.
+    pub faults: Option<(PathBuf, usize)>,
 }
 
 pub async fn run(bench: &BulkAnswersBench) -> Result<BulkAnswersReport> {
@@ -81,7 +82,7 @@ pub async fn run(bench: &BulkAnswersBench) -> Result<BulkAnswersReport> {
     let _ = std::fs::remove_file(&out);
     let job = format!("backfill-kafka-{pid}");
     let started = Instant::now();
-    let mut sender = bulk(bench, &fleet, &job, &["--out", &out.to_string_lossy()])?;
+    let mut sender = bulk(bench, &fleet, &job, &bench.backfill_file, &["--out", &out.to_string_lossy()])?;
     let (window, done) = tokio::join!(
         interactive(&fleet, bench, rate, format!("ba-kafka-{pid}")),
         answered(&fleet, "kafka", bench.backfill_texts)
@@ -106,7 +107,7 @@ pub async fn run(bench: &BulkAnswersBench) -> Result<BulkAnswersReport> {
     let fleet = start(bench, "redis").await?;
     let job = format!("backfill-redis-{pid}");
     let started = Instant::now();
-    let mut sender = bulk(bench, &fleet, &job, &["--reply-to", "redis"])?;
+    let mut sender = bulk(bench, &fleet, &job, &bench.backfill_file, &["--reply-to", "redis"])?;
     let (_, done) = tokio::join!(
         interactive(&fleet, bench, rate, format!("ba-redis-{pid}")),
         answered(&fleet, "redis", bench.backfill_texts)
@@ -117,23 +118,20 @@ pub async fn run(bench: &BulkAnswersBench) -> Result<BulkAnswersReport> {
     println!("3 backfill, answers in Redis: {seconds:.1} s ({:.1}/s)", report.redis_rows_per_s);
     drop(fleet);
 
-    if bench.faults {
-        let books = with_faults(bench).await?;
-        println!("{}", faults_line(bench.backfill_texts, &books));
-        report.faults = Some(books);
+    if let Some((file, texts)) = &bench.faults {
+        report.faults = Some(with_faults(bench, file, *texts).await?);
     }
     Ok(report)
 }
 
 /// Step 4: the backfill collected while the worker is killed twice and the
 /// collector once.
-async fn with_faults(bench: &BulkAnswersBench) -> Result<FileBooks> {
+async fn with_faults(bench: &BulkAnswersBench, file: &Path, texts: usize) -> Result<FileBooks> {
     let mut fleet = start(bench, "faults").await?;
-    let texts = bench.backfill_texts;
     let out = bench.work_dir.join("answers-faults.jsonl");
     let _ = std::fs::remove_file(&out);
     let job = format!("backfill-faults-{}", std::process::id());
-    let mut collector = bulk(bench, &fleet, &job, &["--out", &out.to_string_lossy()])?;
+    let mut collector = bulk(bench, &fleet, &job, file, &["--out", &out.to_string_lossy()])?;
     wait_for_lines(&out, texts / 4).await?;
     restart_worker(bench, &mut fleet, "at a quarter").await?;
     wait_for_lines(&out, texts / 2).await?;
@@ -202,11 +200,11 @@ fn produce_command(bench: &BulkAnswersBench, fleet: &Fleet) -> Command {
     command
 }
 
-/// `fleet-produce bulk` of the backfill file as `job`, with `extra` flags.
-fn bulk(bench: &BulkAnswersBench, fleet: &Fleet, job: &str, extra: &[&str]) -> Result<Child> {
+/// `fleet-produce bulk` of `file` as `job`, with `extra` flags.
+fn bulk(bench: &BulkAnswersBench, fleet: &Fleet, job: &str, file: &Path, extra: &[&str]) -> Result<Child> {
     produce_command(bench, fleet)
         .args(["bulk", "--model", MODEL, "--job", job, "--file"])
-        .arg(&bench.backfill_file)
+        .arg(file)
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

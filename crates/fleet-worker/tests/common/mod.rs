@@ -292,6 +292,17 @@ pub async fn send_texts_in(
     ids
 }
 
+/// How many of `ids` have an answer in Redis now.
+pub async fn answered_now(redis: &Redis, ids: &[fleet_proto::RequestId]) -> usize {
+    let mut conn = redis.connection().await;
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.exists(Namespace::default().result_key(id));
+    }
+    let present: Vec<bool> = pipe.query_async(&mut conn).await.unwrap();
+    present.into_iter().filter(|&p| p).count()
+}
+
 /// The demo corpus: real sentences.
 pub fn sentences() -> Vec<String> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/demo-sentences.txt");

@@ -63,8 +63,8 @@ fn single(mut vectors: Vec<Vec<f32>>) -> Result<Vec<f32>, EngineError> {
 
 /// A vector as JSON numbers written the way an f32 reads back: each the
 /// shortest decimal that is the same f32 (`0.048623867`, not the f64
-/// widening's `0.04862386733293533`). A 384-value embedding's answer is
-/// about 40 % smaller in Redis and on the answers topic (docs/benchmarks.md),
+/// widening's `0.04862386733293533`): an embedding's answer is far smaller
+/// in Redis and on the answers topic (docs/benchmarks.md, bulk answers),
 /// and every client that reads it as f32 gets the same bits.
 pub fn vector_json(values: &[f32]) -> Value {
     let mut digits = ryu::Buffer::new();
