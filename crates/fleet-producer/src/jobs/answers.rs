@@ -4,7 +4,7 @@
 //! on (Kafka's offsets-for-times: records before it cannot be the job's),
 //! the records from the jobs topic's start.
 
-use super::records::{reader_config, JobsError};
+use super::records::{partitions, reader_config, JobsError, BROKER_TIMEOUT};
 use crate::KafkaConfig;
 use fleet_proto::answer_record::{self, AnswerMeta};
 use fleet_proto::job_record::JobRecord;
@@ -15,8 +15,6 @@ use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::time::Duration;
-
-const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One answer record read.
 #[derive(Debug, Clone)]
@@ -157,15 +155,4 @@ fn assign(
     }
     consumer.assign(&assignment)?;
     Ok((consumer, ends))
-}
-
-/// The partitions of `topic`; an error naming it when it does not exist.
-fn partitions(consumer: &StreamConsumer, topic: &str) -> Result<Vec<i32>, JobsError> {
-    let metadata = consumer.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
-    match metadata.topics().iter().find(|t| t.name() == topic) {
-        Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
-            Ok(t.partitions().iter().map(|p| p.id()).collect())
-        }
-        _ => Err(JobsError::NoTopic(topic.to_owned())),
-    }
 }

@@ -12,7 +12,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
-const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one broker call (metadata, watermarks, a write) may take.
+pub(crate) const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobsError {
@@ -66,14 +67,9 @@ impl JobRecords {
 /// asked, keeping the last readable record of `job`.
 fn find_blocking(kafka: &KafkaConfig, topic: &str, job: &JobId) -> Result<Option<JobRecord>, JobsError> {
     let consumer: BaseConsumer = reader_config(kafka).create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
-    let partitions: Vec<i32> = match metadata.topics().iter().find(|t| t.name() == topic) {
-        Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions().iter().map(|p| p.id()).collect(),
-        _ => return Err(JobsError::NoTopic(topic.to_owned())),
-    };
     let mut ends = Vec::new();
     let mut assignment = TopicPartitionList::new();
-    for partition in partitions {
+    for partition in partitions(&consumer, topic)? {
         let (low, high) = consumer.fetch_watermarks(topic, partition, BROKER_TIMEOUT)?;
         if high > low {
             assignment.add_partition_offset(topic, partition, Offset::Offset(low))?;
@@ -101,6 +97,17 @@ fn find_blocking(kafka: &KafkaConfig, topic: &str, job: &JobId) -> Result<Option
         ends.retain(|&(p, high)| p != partition || next < high);
     }
     Ok(latest)
+}
+
+/// The partitions of `topic`; an error naming it when it does not exist.
+pub(crate) fn partitions(consumer: &impl Consumer, topic: &str) -> Result<Vec<i32>, JobsError> {
+    let metadata = consumer.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
+    match metadata.topics().iter().find(|t| t.name() == topic) {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+            Ok(t.partitions().iter().map(|p| p.id()).collect())
+        }
+        _ => Err(JobsError::NoTopic(topic.to_owned())),
+    }
 }
 
 /// A reader that belongs to no group: it assigns partitions itself and
