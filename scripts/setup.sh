@@ -95,8 +95,10 @@ pip_once "$FLEET_VENV/.peer-$FLEET_SENTENCE_TRANSFORMERS_VERSION-$FLEET_CONFLUEN
   "transformers==$FLEET_TRANSFORMERS_VERSION"
 # The Python client as its users install it (pip install ./clients/python;
 # its dependencies are the ones above). A copy, not a link: the marker holds
-# the digest of its files, so an edit installs it again.
-pip_once "$FLEET_VENV/.fleet-client-$(cat clients/python/pyproject.toml clients/python/fleet_client.py | sha256sum | cut -c1-16)" \
+# the digest of its files, so an edit installs it again. A build/ folder
+# left by an older checkout would put its stale files into the wheel.
+rm -rf clients/python/build
+pip_once "$FLEET_VENV/.fleet-client-$(cat clients/python/pyproject.toml clients/python/fleet_client/*.py | sha256sum | cut -c1-16)" \
   "the Python client (clients/python)" "$FLEET_CACHE/logs/venv-client.log" \
   --no-deps --no-build-isolation ./clients/python
 
@@ -171,7 +173,7 @@ export_once() {
   local model=$1
   shift
   local stamp
-  stamp="models/$model/1/.export-$( (sha256sum scripts/export_model.py scripts/demo-sentences.txt scripts/fixtures/*; echo "$*") | sha256sum | cut -c1-16)"
+  stamp="models/$model/1/.export-$( (sha256sum scripts/export_model.py scripts/model_export/*.py scripts/demo-sentences.txt scripts/fixtures/*; echo "$*") | sha256sum | cut -c1-16)"
   if [ -f "$stamp" ]; then
     ok "$model version 1 exported"
     return

@@ -4,8 +4,8 @@ Started by crates/fleet-worker/tests/clients.rs (part of `make test`)
 with a broker, a Redis and two real workers (minilm, efficientnet_lite0;
 each reading its bulk topic, infer.<model>.bulk, too); by hand: python3 clients/python/check_client.py --brokers 127.0.0.1:9092
 --redis redis://127.0.0.1:6379 --photo <a photo of coffee>. Python puts this
-file's folder first on sys.path, so that imports the fleet_client.py beside
-it; `python3 -P` checks the installed package (`pip install ./clients/python`)
+file's folder first on sys.path, so that imports the fleet_client package
+beside it; `python3 -P` checks the installed package (`pip install ./clients/python`)
 instead. Exits non-zero
 with the reason on the first check that fails; prints one line per check.
 """
