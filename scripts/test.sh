@@ -14,6 +14,8 @@ export FLEET_MODEL_REPO="$PWD/models"
 # The Prometheus server (and promtool) the live monitoring test runs.
 eval "$(bash scripts/setup-ops-tools.sh --env)"
 [ -x "$FLEET_PROMETHEUS" ] || { echo "error: no Prometheus server at $FLEET_PROMETHEUS: run make setup" >&2; exit 1; }
+# The layout: the worker's imports run downward, no source file too long.
+python3 scripts/check-layout.py
 # The chart, compose file, alert rules and dashboard, checked offline.
 bash scripts/test-deploy.sh
 # The drills run the built fleet-worker binary: build it from this tree first.

@@ -80,13 +80,8 @@ async fn one(bench: &AdmissionBench, rule: AdmissionRule, name: &str, seed: u64,
     let broker = Broker::start();
     let redis = Redis::start();
     broker.create_topics(&model, bench.partitions).await;
-    let (binaries, brokers, redis_url) = (bench.binaries.clone(), broker.addr.clone(), redis.url());
-    let args = bench.worker_args.clone();
-    let worker = tokio::task::spawn_blocking(move || {
-        let extra: Vec<&str> = args.iter().map(String::as_str).collect();
-        LocalWorker::start(&binaries, MODEL, &brokers, &redis_url, &extra)
-    })
-    .await??;
+    let worker =
+        LocalWorker::start_async(&bench.binaries, MODEL, &broker.addr, &redis.url(), &bench.worker_args).await?;
     // The worker publishes its drain rate once it has answered for a few
     // seconds: the same short warm-up for both modes.
     let (redis_url, corpus) = (redis.url(), &bench.corpus);

@@ -10,7 +10,7 @@ use crate::plan::Capacity;
 use crate::profile::Profile;
 use crate::runner::{self, RunConfig};
 use crate::timeline::{latency_histogram, quantile_ms, record_ms};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use fleet_proto::ModelName;
 use fleet_testkit::{Broker, Redis};
 use std::path::{Path, PathBuf};
@@ -153,14 +153,9 @@ pub async fn sweep(config: SweepConfig) -> Result<Vec<Point>> {
     for (s, &setting) in config.settings.iter().enumerate() {
         let repo = repository_with(&config.binaries, setting)?;
         let binaries = Binaries { model_repo: repo, ..config.binaries.clone() };
-        let (brokers, redis_url) = (broker.addr.clone(), redis.url());
         let mut args = vec!["--intra-op-threads".to_owned(), config.intra_op_threads.to_string()];
         args.extend(config.worker_args.iter().cloned());
-        let mut worker = tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            LocalWorker::start(&binaries, "minilm", &brokers, &redis_url, &args)
-        })
-        .await??;
+        let mut worker = LocalWorker::start_async(&binaries, "minilm", &broker.addr, &redis.url(), &args).await?;
         // Unrecorded warm-up: the worker joins the group (a few seconds
         // before it owns partitions) and meets its first batch shapes.
         let redis_url = redis.url();
@@ -248,17 +243,13 @@ pub fn write(dir: &Path, points: &[Point], slo_p99_ms: f64) -> Result<()> {
 
 /// Reads `points.csv` back (to judge a sweep against another SLO).
 pub fn read_points(text: &str) -> Result<Vec<Point>> {
-    text.lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, line)| {
-            let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    csv_rows(text)
+        .map(|(line, f)| {
             let number = |k: usize| -> Result<f64> {
                 f.get(k)
-                    .with_context(|| format!("line {}: too few fields", i + 2))?
+                    .with_context(|| format!("line {line}: too few fields"))?
                     .parse::<f64>()
-                    .with_context(|| format!("line {}, field {}", i + 2, k + 1))
+                    .with_context(|| format!("line {line}, field {}", k + 1))
             };
             Ok(Point {
                 setting: Setting {
@@ -277,6 +268,31 @@ pub fn read_points(text: &str) -> Result<Vec<Point>> {
             })
         })
         .collect()
+}
+
+/// Reads `capacity.csv` back (`label,sustained_rps,p99_ms` lines after a
+/// header): what `loadtest plan` plans from.
+pub fn read_capacities(text: &str) -> Result<Vec<Capacity>> {
+    csv_rows(text)
+        .map(|(line, fields)| match fields.as_slice() {
+            [label, rps, p99, ..] => Ok(Capacity {
+                label: (*label).to_owned(),
+                sustained_rps: rps.parse().with_context(|| format!("line {line}: sustained_rps"))?,
+                p99_ms: p99.parse().with_context(|| format!("line {line}: p99_ms"))?,
+            }),
+            _ => bail!("line {line}: expected label,sustained_rps,p99_ms"),
+        })
+        .collect()
+}
+
+/// The rows of a CSV this module wrote, after its header and without
+/// blank lines: each row's line number in the file and its trimmed fields.
+fn csv_rows(text: &str) -> impl Iterator<Item = (usize, Vec<&str>)> {
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, line)| (i + 2, line.split(',').map(str::trim).collect()))
 }
 
 #[cfg(test)]
@@ -324,6 +340,16 @@ mod tests {
             capacity.starts_with("label,sustained_rps,p99_ms\nbatch 16 / 2048 tokens / wait 5 ms,50.0,200\n"),
             "{capacity}"
         );
+    }
+
+    #[test]
+    fn capacities_read_back_and_a_short_line_is_named() {
+        let text = "label,sustained_rps,p99_ms\nbatch 16,50.0,200\n\nbatch 32, 90.5 , 310\n";
+        let read = read_capacities(text).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!((read[1].label.as_str(), read[1].sustained_rps, read[1].p99_ms), ("batch 32", 90.5, 310.0));
+        let short = read_capacities("label,sustained_rps,p99_ms\nbatch 16,50.0\n").unwrap_err();
+        assert_eq!(short.to_string(), "line 2: expected label,sustained_rps,p99_ms");
     }
 
     #[test]

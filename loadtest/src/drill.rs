@@ -83,16 +83,7 @@ pub async fn run(drill: Drill, config: DrillConfig) -> Result<DrillOutcome> {
     let redis = Redis::start();
     broker.create_topics(&model, config.partitions).await;
     let (brokers, redis_url) = (broker.addr.clone(), redis.url());
-    let start_worker = {
-        let (binaries, brokers, redis_url) = (config.binaries.clone(), brokers.clone(), redis_url.clone());
-        move || {
-            let (binaries, brokers, redis_url) = (binaries.clone(), brokers.clone(), redis_url.clone());
-            async move {
-                tokio::task::spawn_blocking(move || LocalWorker::start(&binaries, MODEL, &brokers, &redis_url, &[]))
-                    .await?
-            }
-        }
-    };
+    let start_worker = || LocalWorker::start_async(&config.binaries, MODEL, &brokers, &redis_url, &[]);
     let mut first = start_worker().await?;
     let mut second = match drill {
         Drill::KillWorker => Some(start_worker().await?),

@@ -60,6 +60,25 @@ impl LocalWorker {
         Ok(worker)
     }
 
+    /// [`start`](Self::start) on a blocking thread, so the runtime (a
+    /// load, a sampler) goes on while the worker comes up.
+    pub async fn start_async(
+        binaries: &Binaries,
+        model: &str,
+        brokers: &str,
+        redis: &str,
+        extra: &[String],
+    ) -> Result<Self> {
+        let (binaries, model, brokers, redis) =
+            (binaries.clone(), model.to_owned(), brokers.to_owned(), redis.to_owned());
+        let extra = extra.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            Self::start(&binaries, &model, &brokers, &redis, &extra)
+        })
+        .await?
+    }
+
     fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -113,4 +132,12 @@ impl LocalWorker {
         }
         bail!("the worker did not stop within 40 s of SIGTERM")
     }
+}
+
+/// The /metrics body of the worker at `addr`, read on a blocking thread;
+/// `None` while it does not answer 200. An error only when that thread
+/// could not run.
+pub async fn scrape_metrics(addr: SocketAddr) -> Result<Option<String>> {
+    let got = tokio::task::spawn_blocking(move || http_get(addr, "/metrics")).await?;
+    Ok(got.and_then(|(status, body)| (status == 200).then_some(body)))
 }

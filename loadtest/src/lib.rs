@@ -4,7 +4,8 @@
 //! [`workload`]) are apart from the I/O: [`runner`] sends on the profile's
 //! clock and collects answers ([`collect`]), [`fleet`] starts processes on
 //! this machine for [`drill`]s, and [`report`] writes CSVs and [`plot`]s.
-//! A [`soak`] runs that fleet for hours with faults on a schedule.
+//! A [`soak`] runs that fleet for hours with faults on a schedule. A
+//! benchmark prints the [`machine`] it ran on beside its results.
 
 pub mod admission_bench;
 pub mod bulk_answers_bench;
@@ -14,6 +15,7 @@ pub mod drill;
 pub mod fleet;
 pub mod lanes_bench;
 pub mod ledger;
+pub mod machine;
 pub mod peer_bench;
 pub mod plan;
 pub mod plot;

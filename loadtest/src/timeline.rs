@@ -1,5 +1,6 @@
 //! Per-request records and what the report draws from them: per-second
-//! throughput and latency percentiles (HdrHistogram), outcome counts.
+//! throughput and latency percentiles (HdrHistogram), outcome counts, and
+//! a run's rate of `ok` answers.
 
 use crate::ledger::Outcome;
 use fleet_proto::backlog::Load;
@@ -98,13 +99,30 @@ pub fn per_second(records: &[Record], lag: &[(f64, u64)], load: &[(f64, Load)]) 
     seconds
 }
 
+/// Texts answered `ok` per second, from the first send to the last answer
+/// seen; `None` without an answer.
+pub fn throughput(records: &[Record]) -> Option<f64> {
+    let first_sent = records.iter().map(|r| r.sent_s).fold(f64::INFINITY, f64::min);
+    let ok: Vec<f64> = records.iter().filter(|r| r.outcome == Outcome::Ok).filter_map(|r| r.answered_s).collect();
+    let last_answer = ok.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if ok.is_empty() || last_answer <= first_sent {
+        return None;
+    }
+    Some(ok.len() as f64 / (last_answer - first_sent))
+}
+
+/// A record for the crate's unit tests: sent at `sent_s`, ended as
+/// `outcome`, in no partition and without queue or infer timings.
+#[cfg(test)]
+pub(crate) fn test_record(sent_s: f64, outcome: Outcome, answered_s: Option<f64>, e2e_ms: Option<f64>) -> Record {
+    Record { id: "r".into(), sent_s, outcome, answered_s, e2e_ms, queue_ms: None, infer_ms: None, partition: None }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record(sent_s: f64, outcome: Outcome, answered_s: Option<f64>, e2e_ms: Option<f64>) -> Record {
-        Record { id: "r".into(), sent_s, outcome, answered_s, e2e_ms, queue_ms: None, infer_ms: None, partition: None }
-    }
+    use super::test_record as record;
 
     #[test]
     fn seconds_count_sends_by_send_time_and_answers_by_answer_time() {
@@ -126,5 +144,16 @@ mod tests {
         let p99 = seconds[1].p99_ms.unwrap();
         assert!((299.0..=301.0).contains(&p99), "{p99}");
         assert_eq!(seconds[0].p99_ms, None);
+    }
+
+    #[test]
+    fn throughput_is_ok_answers_from_the_first_send_to_the_last_answer() {
+        let records = vec![
+            record(0.5, Outcome::Ok, Some(2.0), Some(1.0)),
+            record(0.6, Outcome::Ok, Some(10.5), Some(1.0)),
+            record(0.7, Outcome::Error("x".into()), Some(20.0), None),
+        ];
+        assert_eq!(throughput(&records), Some(0.2));
+        assert_eq!(throughput(&[record(0.5, Outcome::Missing, None, None)]), None);
     }
 }

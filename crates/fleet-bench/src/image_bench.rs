@@ -10,11 +10,42 @@
 //! `image-burst`: many 8K JPEG requests sent at once to a running worker;
 //! its peak RSS (VmHWM, the kernel's high-water mark) once every answer is in.
 
+use crate::common::machine;
 use anyhow::{bail, Context, Result};
+use clap::Args;
 use fleet_image::{decode, fit_within, model_input, probe, synthetic, Format, ImageLimits, InputGeometry, RgbImage};
 use futures::StreamExt;
 use std::io::Cursor;
 use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct ImageDecodeArgs {
+    /// Distinct photos per size.
+    #[arg(long, default_value_t = 3)]
+    photos: usize,
+    /// Passes over the photos per path.
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+}
+
+#[derive(Args)]
+pub struct ImageBurstArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// The image model's worker process, whose memory is measured.
+    #[arg(long)]
+    worker_pid: u32,
+    #[arg(long, default_value_t = 300)]
+    count: usize,
+    /// Distinct photos cycled through the burst.
+    #[arg(long, default_value_t = 6)]
+    distinct: usize,
+}
+
+/// The model a burst is sent to.
+const BURST_MODEL: &str = "efficientnet_lite0";
 
 const GEOMETRY: InputGeometry = InputGeometry { resize_shorter: 256, crop: 224 };
 const GATEWAY_CAP: u32 = 2048;
@@ -139,7 +170,9 @@ fn measure(path: &Path, photos: &[Vec<u8>], repeats: usize) -> Result<Row> {
     Ok(Row { name: path.name, ms_per_image: per_image, peak_mib: peak as f64 / (1024.0 * 1024.0) })
 }
 
-pub fn run_decode(photos_per_size: usize, repeats: usize) -> Result<()> {
+pub fn run_decode(args: &ImageDecodeArgs) -> Result<()> {
+    println!("machine: {}", machine());
+    let (photos_per_size, repeats) = (args.photos, args.repeats);
     // Allocations above 64 KiB get their own mapping and go back to the
     // kernel when freed (glibc would otherwise raise this threshold as it
     // goes), so resident memory follows what each decode really holds.
@@ -182,15 +215,6 @@ pub fn run_decode(photos_per_size: usize, repeats: usize) -> Result<()> {
     Ok(())
 }
 
-pub struct BurstArgs {
-    pub brokers: String,
-    pub redis: String,
-    pub model: fleet_proto::ModelName,
-    pub worker_pid: u32,
-    pub count: usize,
-    pub distinct: usize,
-}
-
 fn status_kib(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading the worker's status")?;
     status
@@ -199,7 +223,12 @@ fn status_kib(pid: u32, field: &str) -> Result<u64> {
         .with_context(|| format!("{field} not in /proc/{pid}/status"))
 }
 
-pub async fn run_burst(args: BurstArgs) -> Result<()> {
+pub fn run_burst(args: &ImageBurstArgs) -> Result<()> {
+    println!("machine: {}", machine());
+    tokio::runtime::Runtime::new()?.block_on(burst(args, fleet_proto::ModelName::parse(BURST_MODEL)?))
+}
+
+async fn burst(args: &ImageBurstArgs, model: fleet_proto::ModelName) -> Result<()> {
     use fleet_producer::{FleetProducer, KafkaConfig, Request, ResultClient};
     use fleet_proto::{ContentType, RequestId};
     let photos: Vec<Vec<u8>> = (0..args.distinct as u64).map(|s| camera_jpeg(7680, 4320, 200 + s)).collect();
@@ -212,7 +241,7 @@ pub async fn run_burst(args: BurstArgs) -> Result<()> {
     let mut deliveries = Vec::new();
     for (i, id) in ids.iter().enumerate() {
         let request = Request::image(id.clone(), ContentType::Jpeg, photos[i % photos.len()].clone());
-        deliveries.push(producer.send(&args.model, &request).await?);
+        deliveries.push(producer.send(&model, &request).await?);
     }
     for delivered in futures::future::join_all(deliveries).await {
         delivered?;
@@ -226,7 +255,7 @@ pub async fn run_burst(args: BurstArgs) -> Result<()> {
     );
 
     let results = ResultClient::connect(&args.redis).await?;
-    let models = [args.model.clone()];
+    let models = [model.clone()];
     // All waits at once: an answer lives result_ttl_s (30 s), so waiting for
     // one id after another could look for an early answer after it expired.
     let outcomes: Vec<_> = futures::stream::iter(&ids)
@@ -237,7 +266,7 @@ pub async fn run_burst(args: BurstArgs) -> Result<()> {
     let mut counts = std::collections::BTreeMap::new();
     for answers in outcomes {
         let answers = answers?;
-        let answer = &answers[args.model.as_str()];
+        let answer = &answers[model.as_str()];
         let key = match &answer.error {
             Some(e) => format!("{}:{}", answer.status.as_str(), e.code.as_str()),
             None => answer.status.as_str().to_owned(),

@@ -1,5 +1,6 @@
 //! Runs batches through the real engine and measures them: throughput, batch
-//! latency percentiles, padding efficiency and peak resident memory.
+//! latency percentiles, padding efficiency and peak resident memory; and
+//! prints the measured runs as one table.
 
 use crate::strategy::padding_efficiency;
 use fleet_worker::stages::engine::error::EngineError;
@@ -25,6 +26,35 @@ pub struct Measured {
 impl Measured {
     pub fn throughput(&self) -> f64 {
         self.sentences as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// A table of measured runs, one line each: throughput, batch latency,
+/// padding and memory.
+pub fn print_table(rows: &[&Measured]) {
+    println!(
+        "{:<14} {:>12} {:>8} {:>13} {:>13} {:>11} {:>14} {:>14}",
+        "strategy",
+        "sentences/s",
+        "batches",
+        "p50 batch ms",
+        "p99 batch ms",
+        "padding eff",
+        "max attn cells",
+        "peak RSS MiB"
+    );
+    for m in rows {
+        println!(
+            "{:<14} {:>12.1} {:>8} {:>13.1} {:>13.1} {:>11.3} {:>14} {:>14}",
+            m.name,
+            m.throughput(),
+            m.batches,
+            m.p50_batch_ms,
+            m.p99_batch_ms,
+            m.padding_efficiency,
+            m.max_attention_cells,
+            m.peak_rss_mib.map_or("-".into(), |v| format!("{v:.0}"))
+        );
     }
 }
 

@@ -11,12 +11,14 @@
 //!
 //! Prints `RESULT precision model=<m> speedup=<lower/fp32> …` per model.
 
+use crate::common::{machine, BenchPrecision, Common};
 use anyhow::{Context, Result};
+use clap::Args;
 use fleet_worker::stages::admission::tokenize::TextTokenizer;
-use fleet_worker::stages::engine::precision::{classes_agreement, min_cosine, top_class, Agreement};
+use fleet_worker::stages::engine::precision_choice::{classes_agreement, min_cosine, top_class, Agreement};
 use fleet_worker::stages::engine::torch::{ImageModule, TextModule};
 use fleet_worker::versions::repository;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const TEXT_ROWS: usize = 32;
@@ -24,15 +26,42 @@ const TEXT_LEN: usize = 64;
 const TEXT_BATCHES: usize = 2;
 const IMAGE_ROWS: usize = 8;
 
-pub struct PrecisionArgs<'a> {
-    pub repo: &'a Path,
-    pub corpus: &'a Path,
-    pub lower: tch::Kind,
-    pub lower_name: &'a str,
-    pub rounds: usize,
+#[derive(Args)]
+pub struct PrecisionCommand {
+    /// Timed rounds of each precision, interleaved.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
 }
 
-pub fn run(args: &PrecisionArgs<'_>) -> Result<()> {
+pub fn run(common: &Common, args: &PrecisionCommand) -> Result<()> {
+    common.set_threads();
+    // The flag's fp32 default means "compare bf16" here.
+    let lower = match common.precision {
+        BenchPrecision::Fp32 | BenchPrecision::Bf16 => BenchPrecision::Bf16,
+        BenchPrecision::Fp16 => BenchPrecision::Fp16,
+    };
+    println!("machine: {}", machine());
+    println!("intra-op threads {}", common.threads);
+    compare(&PrecisionArgs {
+        repo: &common.model_repo,
+        corpus: &args.corpus,
+        lower: lower.kind(),
+        lower_name: &lower.name(),
+        rounds: args.rounds,
+    })
+}
+
+struct PrecisionArgs<'a> {
+    repo: &'a Path,
+    corpus: &'a Path,
+    lower: tch::Kind,
+    lower_name: &'a str,
+    rounds: usize,
+}
+
+fn compare(args: &PrecisionArgs<'_>) -> Result<()> {
     text(args)?;
     image(args)
 }

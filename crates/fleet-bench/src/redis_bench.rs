@@ -1,26 +1,62 @@
-//! Redis write paths of the worker, measured against each other in one run:
-//! answers written one round trip each vs a whole batch sent at once on the
-//! multiplexed connection (the sink's way), and a feature-cache hit vs computing the same batch.
+//! `fleet-bench redis`: the worker's Redis write paths, measured against
+//! each other in one run: answers written one round trip each vs a whole
+//! batch sent at once on the multiplexed connection (the sink's way), and a
+//! feature-cache hit vs computing the same batch. Uses (and flushes!) the
+//! Redis database it is given: point it at a scratch database.
 
+use crate::text_engine::{read_lines, TextEngine};
 use anyhow::Result;
+use clap::Args;
 use fleet_connect::redis::RedisConfig;
 use fleet_proto::{Answer, ModelName, Namespace, RequestId, Timings};
 use fleet_worker::config::model::TtlConfig;
-use fleet_worker::job::{Finished, Reply};
-use fleet_worker::stages::cache::entry::tokens_hash;
+use fleet_worker::core::input::tokens_hash;
+use fleet_worker::core::job::{Finished, Reply};
+use fleet_worker::core::message::Position;
+use fleet_worker::core::precision::Precision;
 use fleet_worker::stages::cache::FeatureCache;
-use fleet_worker::stages::engine::precision::Precision;
 use fleet_worker::stages::engine::torch::TextModule;
+use fleet_worker::stages::handover::VersionTtls;
 use fleet_worker::stages::sink::{Attempt, ResultSink};
-use fleet_worker::stages::source::message::Position;
-use fleet_worker::versions::handover::VersionTtls;
+use std::path::PathBuf;
 use std::time::Instant;
 
-pub struct RedisFigures {
-    pub one_by_one_per_s: f64,
-    pub batched_per_s: f64,
-    pub hit_ms: f64,
-    pub compute_ms: f64,
+#[derive(Args)]
+pub struct RedisArgs {
+    /// A scratch database: the benchmark FLUSHes it.
+    #[arg(long, default_value = "redis://127.0.0.1:6379/15")]
+    redis: String,
+    #[arg(long, default_value_t = 20_000)]
+    answers: usize,
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    file: PathBuf,
+}
+
+pub fn run(args: &RedisArgs, engine: &TextEngine) -> Result<()> {
+    // One batch of 32 short sentences: the bucket a typical batch comes from.
+    let texts: Vec<String> = read_lines(&args.file)?.into_iter().filter(|t| t.len() < 80).take(32).collect();
+    let rows = engine.tokenize_all(&texts)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let f = runtime.block_on(figures(&args.redis, &engine.module, &rows, args.answers))?;
+    println!("answers of a 384-dim embedding each, {} of them, batches of {}:", args.answers, rows.len());
+    println!("  one round trip per answer:  {:>8.0} answers/s", f.one_by_one_per_s);
+    println!("  a batch at once (the sink): {:>8.0} answers/s", f.batched_per_s);
+    println!("batch of {} short sentences:", rows.len());
+    println!("  feature-cache hit (MGET):  {:>9.2} ms", f.hit_ms);
+    println!("  computing it (libtorch):   {:>9.2} ms", f.compute_ms);
+    println!(
+        "RESULT redis batch_ratio={:.2} cache_speedup={:.1}",
+        f.batched_per_s / f.one_by_one_per_s,
+        f.compute_ms / f.hit_ms
+    );
+    Ok(())
+}
+
+struct RedisFigures {
+    one_by_one_per_s: f64,
+    batched_per_s: f64,
+    hit_ms: f64,
+    compute_ms: f64,
 }
 
 fn answers(n: usize, batch: usize, embedding: &[f32]) -> Vec<Vec<Finished>> {
@@ -38,7 +74,7 @@ fn answers(n: usize, batch: usize, embedding: &[f32]) -> Vec<Vec<Finished>> {
     all.chunks(batch).map(<[Finished]>::to_vec).collect()
 }
 
-pub async fn run(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usize) -> Result<RedisFigures> {
+async fn figures(redis_url: &str, engine: &TextModule, rows: &[Vec<i64>], n: usize) -> Result<RedisFigures> {
     let row_refs: Vec<&[i64]> = rows.iter().map(Vec::as_slice).collect();
     let embeddings = engine.vectors(&row_refs)?;
     let batches = answers(n, rows.len(), &embeddings[0]);

@@ -16,11 +16,14 @@
 //! `RESULT shapes precision=… threads=… shapes=… new_kib_per_shape=…
 //! seen_kib_per_shape=… seen_ms_per_batch=… onednn_cache=… lru_cache=…`.
 
-use crate::flops_bench::{max_rows, token_rows, Corpus, TextBench, TextBenchArgs};
+use crate::common::Common;
+use crate::text_bench::{max_rows, token_rows, Corpus, TextBench, TextBenchArgs};
 use anyhow::{Context, Result};
+use clap::Args;
+use fleet_worker::config::BucketLimits;
 use fleet_worker::heap;
-use fleet_worker::stages::batch::bucket::BucketLimits;
 use fleet_worker::stages::engine::torch::TextModule;
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// The grid's padded lengths; the second grid's are 4 tokens longer.
@@ -30,7 +33,30 @@ const SECOND_GRID_OFFSET: usize = 4;
 /// first calls set up thread pools and the executor's plans once.
 const WARM_SHAPES: [(usize, usize); 4] = [(1, 7), (2, 7), (1, 9), (3, 9)];
 
-pub fn run(args: &TextBenchArgs<'_>) -> Result<()> {
+#[derive(Args)]
+pub struct ShapesCommand {
+    /// Real sentences the batches' token ids are cut from.
+    #[arg(long, default_value = "scripts/demo-sentences.txt")]
+    corpus: PathBuf,
+    /// The kernel caches' capacity, set in this process the way the worker
+    /// sets it (its --kernel-cache-capacity; `auto` is the worker's
+    /// default). `libtorch`: as the environment says.
+    #[arg(long, default_value = "libtorch")]
+    kernel_cache_capacity: fleet_worker::kernel_caches::KernelCacheCapacity,
+}
+
+pub fn run(common: &Common, command: &ShapesCommand) -> Result<()> {
+    // First: it sets the environment libtorch reads as it starts, which is
+    // only sound before any other thread runs.
+    fleet_worker::kernel_caches::apply_before_libtorch(
+        command.kernel_cache_capacity,
+        &common.model_repo,
+        common.model.as_str(),
+    );
+    measure(&TextBenchArgs::start(common, &command.corpus))
+}
+
+fn measure(args: &TextBenchArgs<'_>) -> Result<()> {
     let TextBench { version, module, corpus, limits, max_seq_len } = TextBench::load(args)?;
     let setting = |name: &str| std::env::var(name).unwrap_or_else(|_| "default".to_owned());
     let (onednn_cache, lru_cache) = (setting("ONEDNN_PRIMITIVE_CACHE_CAPACITY"), setting("LRU_CACHE_CAPACITY"));

@@ -1,7 +1,8 @@
 //! The two ways of cutting a workload into batches that the benchmark
 //! compares. Pure: they return index lists, the model is run elsewhere.
 
-use fleet_worker::stages::batch::bucket::{BucketBatcher, BucketLimits};
+use fleet_worker::config::BucketLimits;
+use fleet_worker::stages::batch::bucket::BucketBatcher;
 
 /// The seed service's way: arrival order, `size` at a time, each batch padded
 /// to its longest text.
@@ -35,7 +36,7 @@ pub fn padding_efficiency(lens: &[usize], batches: &[Vec<usize>]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_worker::stages::batch::bucket::default_boundaries;
+    use fleet_worker::config::batching::default_boundaries;
 
     #[test]
     fn both_strategies_cover_every_text_once() {

@@ -115,6 +115,22 @@ pub fn client_config(
     Ok(config)
 }
 
+/// The longest a fleet client's reconnect backs off, in ms (librdkafka's
+/// default is 10 s). Every second of backoff past a restarted broker's
+/// return is a second added to what waits on it: requests queued in a
+/// producer, and a consumer that must reach the group coordinator again
+/// within its session or lose its partitions and the work in flight.
+pub const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
+
+/// Sets [`RECONNECT_BACKOFF_MAX_MS`] on `config` unless the operator set
+/// `reconnect.backoff.max.ms`: the operator's value stands.
+pub fn default_reconnect_backoff(config: &mut ClientConfig) {
+    const KEY: &str = "reconnect.backoff.max.ms";
+    if config.get(KEY).is_none() {
+        config.set(KEY, RECONNECT_BACKOFF_MAX_MS);
+    }
+}
+
 /// librdkafka's complaint about a property, without any property's value.
 fn refused(error: rdkafka::error::KafkaError, properties: &[(String, String)]) -> KafkaConfigError {
     match error {

@@ -8,9 +8,11 @@
 //!   interactive `infer.<model>` and bulk `infer.<model>.bulk`);
 //! - [`hpa`]: the Kubernetes HPA's replica arithmetic, to replay a recorded
 //!   lag series and document what the autoscaler will do (pure);
-//! - [`endpoints`]: `/metrics`, `/healthz` and `/ready` on one port.
+//! - [`endpoints`]: `/metrics`, `/healthz` and `/ready` on one port;
+//! - [`stats`]: the median the tuners and the benchmarks share (pure).
 
 pub mod endpoints;
 pub mod hpa;
 pub mod lag;
 pub mod probe;
+pub mod stats;

@@ -85,15 +85,9 @@ impl FleetProducer {
             .set("message.timeout.ms", "30000")
             // Images up to the fleet's value limit (librdkafka's default is 1 MB).
             .set("message.max.bytes", fleet_proto::limits::MAX_MESSAGE_BYTES.to_string());
-        // How long a reconnect may back off at most (librdkafka: 10 s).
         // Requests sent while a broker restarts wait in this producer's
-        // queue until it reconnects, so every second of backoff past the
-        // broker's return is a second on their latency (after the soak's
-        // 8 s broker restarts, p99 reached 15 s). The operator's value
-        // stands.
-        if client_config.get("reconnect.backoff.max.ms").is_none() {
-            client_config.set("reconnect.backoff.max.ms", "1000");
-        }
+        // queue until it reconnects.
+        fleet_connect::kafka::default_reconnect_backoff(&mut client_config);
         let inner: FutureProducer = client_config.create()?;
         Ok(Self {
             inner: RwLock::new(Arc::new(inner)),

@@ -57,7 +57,7 @@ where
     I: IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
 {
     let headers: Vec<(&str, Option<&[u8]>)> = headers.into_iter().collect();
-    let find = |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| *v);
+    let find = |name: &str| h::find(&headers, name);
     let id = RequestId::from_bytes(key.or_else(|| find(h::ID))?).ok()?;
     let status = std::str::from_utf8(find(h::STATUS)?).ok()?;
     let status = Status::ALL.into_iter().find(|s| s.as_str() == status)?;

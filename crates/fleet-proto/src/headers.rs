@@ -1,5 +1,6 @@
 //! Kafka header names of a request message (CloudEvents 1.0, Kafka binding,
-//! binary content mode: the value is the raw input, metadata rides in headers).
+//! binary content mode: the value is the raw input, metadata rides in headers),
+//! and the one rule every reader of them follows ([`find`]).
 
 pub const SPEC_VERSION: &str = "ce_specversion";
 pub const TYPE: &str = "ce_type";
@@ -43,3 +44,10 @@ pub const ANSWER_CONTENT_TYPE: &str = "application/json";
 
 /// Upper bound on `ce_parts`: a request fans out to at most this many models.
 pub const MAX_PARTS: u32 = 16;
+
+/// The value of header `name` among a message's headers, as every reader of
+/// the fleet's messages takes it: names match whatever their case, of
+/// repeated headers the first counts, and one without a value is missing.
+pub fn find<'a>(headers: &[(&str, Option<&'a [u8]>)], name: &str) -> Option<&'a [u8]> {
+    headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| *v)
+}

@@ -10,6 +10,7 @@
 //! again under the same id keeps its first start, so its first answers are
 //! still collected.
 
+use crate::{JobId, Lane, ModelName, Namespace};
 use serde::{Deserialize, Serialize};
 
 /// How far before a job's start its answers are looked for on the answers
@@ -53,6 +54,24 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
+    /// The record a job of `model` on `lane` starts with at `now_ms`:
+    /// sending, no request acknowledged yet, its answers on the lane's
+    /// answers topic, the lane's default destinations.
+    pub fn starting(names: &Namespace, model: &ModelName, lane: Lane, job: &JobId, now_ms: u64) -> Self {
+        Self {
+            job: job.to_string(),
+            model: model.to_string(),
+            lane: lane.as_str().to_owned(),
+            answers_topic: names.answers_topic(model, lane),
+            reply_to: None,
+            state: JobState::Sending,
+            requests: 0,
+            started_ms: now_ms,
+            updated_ms: now_ms,
+            input: None,
+        }
+    }
+
     /// Every request is sent, so `requests` is final.
     pub fn is_complete(&self) -> bool {
         self.state == JobState::Sent
@@ -79,18 +98,24 @@ mod tests {
     use super::*;
 
     fn record() -> JobRecord {
+        let (model, job) = (ModelName::parse("minilm").unwrap(), JobId::parse("reembed-7").unwrap());
         JobRecord {
-            job: "reembed-7".into(),
-            model: "minilm".into(),
-            lane: "bulk".into(),
-            answers_topic: "infer.minilm.bulk.answers".into(),
-            reply_to: None,
-            state: JobState::Sending,
             requests: 1200,
-            started_ms: 1_765_000_000_000,
             updated_ms: 1_765_000_005_000,
             input: Some("docs.jsonl".into()),
+            ..JobRecord::starting(&Namespace::default(), &model, Lane::Bulk, &job, 1_765_000_000_000)
         }
+    }
+
+    #[test]
+    fn a_job_starts_sending_with_its_answers_on_its_lanes_answers_topic() {
+        let (model, job) = (ModelName::parse("minilm").unwrap(), JobId::parse("reembed-7").unwrap());
+        let names = Namespace::new("blue.infer.", "fleet.", "fleet:").unwrap();
+        let record = JobRecord::starting(&names, &model, Lane::Bulk, &job, 5);
+        assert_eq!((record.job.as_str(), record.model.as_str(), record.lane.as_str()), ("reembed-7", "minilm", "bulk"));
+        assert_eq!(record.answers_topic, "blue.infer.minilm.bulk.answers");
+        assert_eq!((record.state, record.requests, record.started_ms, record.updated_ms), (JobState::Sending, 0, 5, 5));
+        assert_eq!((record.reply_to, record.input), (None, None));
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! Reading answers off an answers topic as a test sees them: every record
 //! there now, in each partition's order (a repeat after a crash included),
-//! by what its key and headers say (`fleet_proto::answer_record`).
+//! by what its key and headers say (`fleet_proto::answer_record`). Apart
+//! from [`crate::redis_answers`], which reads the answers a client waits
+//! for in Redis.
 
 use crate::Broker;
 use fleet_proto::answer_record::{read_meta, AnswerMeta};
+use fleet_proto::RequestId;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// Every answer record on `topic` now. Panics on a record that is not an
@@ -40,4 +44,20 @@ pub fn answers_on(broker: &Broker, topic: &str) -> Vec<AnswerMeta> {
     }
     assert!(ends.is_empty(), "{topic} was not read to its end in time");
     answers
+}
+
+/// Polls until `topic` holds an answer for each of `ids`; every record on
+/// it then. Panics when one is still missing after five minutes.
+pub async fn wait_for_answers_on(broker: &Broker, topic: &str, ids: &[RequestId]) -> Vec<AnswerMeta> {
+    let wanted: BTreeSet<&RequestId> = ids.iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let answers = answers_on(broker, topic);
+        let have: BTreeSet<&RequestId> = answers.iter().map(|a| &a.id).collect();
+        if wanted.is_subset(&have) || Instant::now() > deadline {
+            assert!(wanted.is_subset(&have), "{topic}: {} of {} answers", have.len(), wanted.len());
+            return answers;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }

@@ -1,29 +1,60 @@
-//! The sink's retry pace.
+//! Capped exponential backoff: the one retry pace of the worker, used by
+//! the sink for a write that failed and by start-up while Redis is away.
+//! Whatever waits is held meanwhile; the bounded channels behind it stop
+//! the consumer, so nothing piles up.
 
-use super::failure::FailureClass;
 use std::time::Duration;
 
-/// Capped exponential backoff for retrying a write. The item is held
-/// meanwhile; the bounded channels behind it stop the consumer, so nothing
-/// piles up while Redis or the broker is away.
-pub(super) struct Backoff {
+#[derive(Debug)]
+pub struct Backoff {
     next: Duration,
+    cap: Duration,
 }
 
 impl Backoff {
-    const FIRST: Duration = Duration::from_millis(50);
-    const CAP: Duration = Duration::from_secs(5);
-
-    pub(super) fn new() -> Self {
-        Self { next: Self::FIRST }
+    /// Waits `first`, then twice as long each time, never more than `cap`.
+    pub fn new(first: Duration, cap: Duration) -> Self {
+        Self { next: first.min(cap), cap }
     }
 
-    pub(super) async fn wait(&mut self, class: FailureClass) {
-        // What only an operator can fix is retried at the cap at once.
-        if class == FailureClass::Fleet {
-            self.next = self.next.max(Duration::from_secs(1));
-        }
+    /// The next wait is at least `floor` (still at most the cap).
+    pub fn at_least(&mut self, floor: Duration) {
+        self.next = self.next.max(floor).min(self.cap);
+    }
+
+    /// The wait that comes next, without waiting.
+    pub fn next_wait(&self) -> Duration {
+        self.next
+    }
+
+    pub async fn wait(&mut self) {
         tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(Self::CAP);
+        self.next = (self.next * 2).min(self.cap);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn doubles_up_to_the_cap() {
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(6));
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            waits.push(backoff.next_wait().as_millis());
+            backoff.wait().await;
+        }
+        assert_eq!(waits, [1, 2, 4, 6, 6]);
+    }
+
+    #[test]
+    fn a_floor_raises_the_next_wait_but_not_past_the_cap() {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        backoff.at_least(Duration::from_secs(1));
+        assert_eq!(backoff.next_wait(), Duration::from_secs(1));
+        backoff.at_least(Duration::from_secs(60));
+        assert_eq!(backoff.next_wait(), Duration::from_secs(5));
     }
 }

@@ -2,11 +2,9 @@
 //! holds in use, as a gauge, and a trim on a period that hands the pages
 //! it holds free back to the kernel.
 //!
-//! Why: in a two-hour soak (docs/soak.md) a text worker's RSS climbed in
-//! steps, at model swaps and bursts, from 750 to 1 650 MiB, while the
-//! bytes its heap held *in use* stayed nearly flat (glibc's own counters,
-//! read with gdb at 17, 27 and 62 minutes: 725, 724 and 758 MB in use against
-//! 988, 1 133 and 1 351 MB taken from the kernel). Not a leak: freed
+//! Why: in a two-hour soak a text worker's RSS climbed in steps, at model
+//! swaps and bursts, while the bytes its heap held *in use* stayed nearly
+//! flat (glibc's own counters; the figures are in docs/soak.md). Not a leak: freed
 //! memory kept in the allocator's arenas. Nearly every batch has a shape
 //! of its own (rows × its longest text), so its tensors have sizes of
 //! their own; freed blocks seldom fit the next request whole, pile up as

@@ -9,11 +9,10 @@
 //!
 //! A text batch's shape is its rows × its longest text, so a text worker
 //! meets new shapes for as long as it runs and its heap climbs until both
-//! caches are full: in bf16 about 490 KiB a new shape, 440 MiB over a
-//! 25-minute soak on a Zen 4 EPYC. In `make bench-shapes` on that CPU, 64
-//! entries each held 26 MiB and each batch took 1.00–1.06× as long
-//! (docs/benchmarks.md, "What libtorch keeps per batch shape"): the layers
-//! of one batch share their shapes. An
+//! caches are full, by hundreds of MiB in bf16. A small bound costs the
+//! batches almost nothing (`make bench-shapes`; docs/benchmarks.md, "What
+//! libtorch keeps per batch shape"): the layers of one batch share their
+//! shapes. An
 //! image model's shapes are few (its batch sizes) and its heap does not
 //! climb, while each of its batches plans kernels for dozens of layers, so
 //! a small bound could make every batch plan again: it keeps libtorch's
@@ -51,8 +50,8 @@ impl std::str::FromStr for KernelCacheCapacity {
             "auto" => Ok(Self::Auto),
             "libtorch" => Ok(Self::Libtorch),
             // At least 1: the two libraries read 0 differently (oneDNN:
-            // no cache), and turning caching off cost each bf16 batch
-            // 1.11× (docs/benchmarks.md); whoever wants it sets the
+            // no cache), and turning caching off slows every bf16 batch
+            // (docs/benchmarks.md); whoever wants it sets the
             // variables themselves.
             n => match n.parse() {
                 Ok(entries) if entries >= 1 => Ok(Self::Entries(entries)),

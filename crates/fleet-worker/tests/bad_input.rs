@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use common::{assert_committed_to_the_end, dead_letters, metric_value, serial, Broker, Redis, Worker};
 use fleet_producer::ResultClient;
 use fleet_proto::clock::now_ms;
-use fleet_proto::{headers as h, ContentType, Envelope, ErrorCode, ModelName, Namespace, RequestId, Status};
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use fleet_proto::{headers as h, ContentType, Envelope, ErrorCode, Lane, ModelName, Namespace, RequestId, Status};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::Duration;
 
@@ -110,18 +109,9 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         }
     }
 
-    let dlq: StreamConsumer = broker
-        .kafka()
-        .client_config()
-        .set("group.id", "dlq-reader")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    dlq.subscribe(&[&Namespace::default().dlq_topic(&model)]).unwrap();
-    let letter = tokio::time::timeout(Duration::from_secs(30), dlq.recv()).await.expect("no dead letter").unwrap();
-    assert_eq!(letter.payload(), Some(&b"who am I"[..]));
-    let reason = letter.headers().and_then(|hs| hs.iter().find(|hd| hd.key == h::DLQ_REASON)).and_then(|hd| hd.value);
-    assert_eq!(reason, Some(&b"unreadable_request_id"[..]));
+    let letters = dead_letters(&broker, &model, 1, Duration::from_secs(30)).await;
+    assert_eq!(letters[0].payload, b"who am I");
+    assert_eq!(letters[0].reason, "unreadable_request_id");
 
     let scrape = worker.scrape().await;
     assert_eq!(
@@ -129,8 +119,7 @@ async fn bad_messages_get_stable_codes_and_unreadable_ones_go_to_the_dlq() {
         1.0
     );
     assert_eq!(metric_value(&scrape, "fleet_ttl_dropped_total", &[("model", "minilm")]), 1.0);
-    let offsets = wait_for_commits_at_end(&broker, &Namespace::default().consumer_group(&model), &topic, 2).await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
+    let offsets = assert_committed_to_the_end(&broker, &model, Lane::Interactive, 2).await;
     assert_eq!(offsets.iter().map(|(_, high)| high).sum::<i64>(), cases.len() as i64);
     assert!(worker.stop().success());
 }

@@ -10,9 +10,8 @@
 
 mod common;
 
-use common::{present_metric_value as metric_value, serial, Broker, Redis, Worker};
-use fleet_producer::ResultClient;
-use fleet_proto::{ModelName, RequestId, Status};
+use common::{present_metric_value as metric_value, serial, texts, wait_for_answers, Broker, Redis, Worker};
+use fleet_proto::{ModelName, Status};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,25 +25,6 @@ fn switched_on_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("healthy"), [1u8]).unwrap();
     dir
-}
-
-fn texts(prefix: &str, count: usize) -> Vec<String> {
-    let sentences = common::sentences();
-    (0..count).map(|n| format!("{} ({prefix} {n})", sentences[n % sentences.len()])).collect()
-}
-
-async fn statuses(redis: &Redis, ids: &[RequestId]) -> Vec<(String, Status, Option<String>)> {
-    let results = ResultClient::connect(&redis.url()).await.unwrap();
-    let waits = ids.iter().map(|id| {
-        let results = &results;
-        async move {
-            let mut answers =
-                results.wait(id, &[fragile()], Duration::from_secs(120)).await.unwrap_or_else(|e| panic!("{id}: {e}"));
-            let answer = answers.remove("fixture_fragile").unwrap();
-            (id.to_string(), answer.status, answer.error.map(|e| e.code.as_str().to_owned()))
-        }
-    });
-    futures::future::join_all(waits).await
 }
 
 /// The interactive lane's partitions (the bulk lane's move alike).
@@ -68,13 +48,14 @@ async fn a_model_failing_on_every_input_stops_taking_work_and_a_healthy_member_a
 
     // Answers while both work.
     let before = common::send_texts(&broker, &fragile(), "healthy", &texts("healthy", 12), None).await;
-    assert!(statuses(&redis, &before).await.iter().all(|(_, status, _)| *status == Status::Ok));
+    let answered = wait_for_answers(&redis, &fragile(), &before, Duration::from_secs(120)).await;
+    assert!(answered.iter().all(|answer| answer.status == Status::Ok));
 
     // Worker A's device "fails": every call, the probe included.
     std::fs::remove_file(dir_a.join("healthy")).unwrap();
     let during = common::send_texts(&broker, &fragile(), "broken", &texts("broken", 40), None).await;
-    let answered = statuses(&redis, &during).await;
-    let failed: Vec<_> = answered.iter().filter(|(_, status, _)| *status != Status::Ok).collect();
+    let answered = wait_for_answers(&redis, &fragile(), &during, Duration::from_secs(120)).await;
+    let failed: Vec<_> = during.iter().zip(&answered).filter(|(_, answer)| answer.status != Status::Ok).collect();
     assert!(failed.is_empty(), "good requests answered with errors: {failed:?}");
 
     let (code, body) = a.wait_for_status("/ready", 503, Duration::from_secs(30)).await;

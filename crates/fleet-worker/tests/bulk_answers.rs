@@ -8,31 +8,21 @@
 
 mod common;
 
-use common::{ledger, serial, serving_minilm, signal, wait_for_commits_at_end, worker_bin, Broker, Redis, Worker};
+use common::{
+    answers_on, assert_committed_to_the_end, committed_offsets, ledger, minilm, send_requests, serial, serving_minilm,
+    signal, texts, wait_for_answers_on, worker_bin, Broker, Redis, Worker,
+};
 use fleet_producer::jobs::output::{self, OutputFormat};
 use fleet_producer::jobs::{collect, CollectOptions};
-use fleet_producer::{FleetProducer, Request};
+use fleet_producer::Request;
 use fleet_proto::answer_record::AnswerMeta;
-use fleet_proto::{Destinations, JobId, Lane, ModelName, Namespace, RequestId, Status};
-use fleet_testkit::answers::answers_on;
+use fleet_proto::{Destinations, JobId, Lane, Namespace, RequestId, Status};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
-
-/// `count` distinct texts (no feature-cache hits).
-fn texts(tag: &str, count: usize) -> Vec<String> {
-    let sentences = common::sentences();
-    (0..count).map(|i| format!("{tag} {i}: {}", sentences[i % sentences.len()])).collect()
-}
 
 /// Sends `texts` on `lane` as `<prefix>-<n>`, in `job`, asking for `reply_to`.
 async fn send(
@@ -43,40 +33,8 @@ async fn send(
     prefix: &str,
     texts: &[String],
 ) -> Vec<RequestId> {
-    let producer = FleetProducer::new(&broker.kafka(), "bulk-answers-test").unwrap();
-    let mut ids = Vec::new();
-    let mut pending = Vec::new();
-    for (i, text) in texts.iter().enumerate() {
-        let id = RequestId::parse(&format!("{prefix}-{i}")).unwrap();
-        let mut request = Request::text(id.clone(), text.clone()).in_lane(lane);
-        if let Some(job) = job {
-            request = request.with_job(job.clone());
-        }
-        if let Some(reply_to) = reply_to {
-            request = request.reply_to(reply_to);
-        }
-        pending.push(producer.send(&minilm(), &request).await.unwrap());
-        ids.push(id);
-    }
-    for delivered in futures::future::join_all(pending).await {
-        delivered.expect("delivery");
-    }
-    ids
-}
-
-/// Polls until `topic` holds an answer for each of `ids`; every record on it then.
-async fn wait_for_answers_on(broker: &Broker, topic: &str, ids: &[RequestId]) -> Vec<AnswerMeta> {
-    let wanted: BTreeSet<&RequestId> = ids.iter().collect();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let answers = answers_on(broker, topic);
-        let have: BTreeSet<&RequestId> = answers.iter().map(|a| &a.id).collect();
-        if wanted.is_subset(&have) || Instant::now() > deadline {
-            assert!(wanted.is_subset(&have), "{topic}: {} of {} answers", have.len(), wanted.len());
-            return answers;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let shape = |request: Request| Request { lane, job: job.cloned(), reply_to, ..request };
+    send_requests(broker, &Namespace::default(), &minilm(), prefix, texts, shape).await
 }
 
 fn ids_of(answers: &[AnswerMeta]) -> BTreeSet<String> {
@@ -122,10 +80,8 @@ async fn each_lane_answers_where_its_config_and_its_requests_say() {
         "Kafka-only answers in Redis"
     );
 
-    let group = names.consumer_group(&minilm());
     for lane in Lane::ALL {
-        let offsets = wait_for_commits_at_end(&broker, &group, &names.lane_topic(&minilm(), lane), 2).await;
-        assert!(offsets.iter().all(|(c, high)| c == high), "{lane}: committed vs high watermark: {offsets:?}");
+        assert_committed_to_the_end(&broker, &minilm(), lane, 2).await;
     }
     let scrape = worker.scrape().await;
     let delivered = |destination, lane| {
@@ -154,23 +110,6 @@ async fn request_topics_only(broker: &Broker, partitions: i32) {
     }
 }
 
-/// The group's committed offset of each partition of `topic` (-1: none).
-fn committed(broker: &Broker, topic: &str, partitions: i32) -> Vec<i64> {
-    let group = Namespace::default().consumer_group(&minilm());
-    let consumer: BaseConsumer = broker.kafka().client_config().set("group.id", &group).create().unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let offsets = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
-    (0..partitions)
-        .map(|p| match offsets.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => -1,
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answers_topic_that_cannot_be_written_holds_the_offsets_and_says_so_on_ready() {
     let _serial = serial().await;
@@ -195,15 +134,15 @@ async fn an_answers_topic_that_cannot_be_written_holds_the_offsets_and_says_so_o
         .await;
     assert!(failures >= 1.0, "the missing topic counts as a fleet failure");
     let bulk_topic = names.lane_topic(&minilm(), Lane::Bulk);
-    assert!(committed(&broker, &bulk_topic, 2).iter().all(|&o| o <= 0), "an offset moved past an unwritten answer");
+    let committed = committed_offsets(&broker, &names.consumer_group(&minilm()), &bulk_topic, 2);
+    assert!(committed.iter().all(|&o| o <= 0), "an offset moved past an unwritten answer");
     assert_eq!(worker.get("/healthz").await.map(|(code, _)| code), Some(200), "a dependency is no liveness fault");
 
     // The operator creates it: the held answers go out, the offsets follow.
     broker.create_topics(&minilm(), 2).await;
     let answers = wait_for_answers_on(&broker, &names.answers_topic(&minilm(), Lane::Bulk), &ids).await;
     assert_eq!(ids_of(&answers), strings(&ids));
-    let offsets = wait_for_commits_at_end(&broker, &names.consumer_group(&minilm()), &bulk_topic, 2).await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Bulk, 2).await;
     let (code, body) = worker.wait_for_status("/ready", 200, Duration::from_secs(60)).await;
     assert_eq!(code, 200, "{body}");
 }
@@ -225,9 +164,7 @@ async fn a_worker_killed_between_its_answers_and_its_commit_leaves_repeats_never
 
     let second = Worker::start("minilm", &broker, &redis, &[]);
     second.wait_until_serving(2).await;
-    let bulk_topic = names.lane_topic(&minilm(), Lane::Bulk);
-    let offsets = wait_for_commits_at_end(&broker, &names.consumer_group(&minilm()), &bulk_topic, 2).await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Bulk, 2).await;
     let answers = answers_on(&broker, &answers_topic);
     assert_eq!(ids_of(&answers), strings(&ids), "every request answered on the topic");
     assert!(answers.len() > ids.len(), "the second worker answered again what was not committed");

@@ -10,139 +10,26 @@
 //! Header names that are not UTF-8 cannot be built with rdkafka's Rust API;
 //! they are produced through librdkafka's C call (`fleet_testkit::raw`).
 
+#[path = "chaos/broker_faults.rs"]
+mod broker_faults;
 mod common;
+#[path = "chaos/messages.rs"]
+mod messages;
 
-use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use broker_faults::{come_and_go, shrink_dlq};
+use common::{
+    assert_committed_to_the_end, dead_letters, metric_value, minilm, serial, wait_for_answers, Broker, Redis, Worker,
+};
 use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::clock::now_ms;
-use fleet_proto::{headers as h, Answer, ContentType, Envelope, ModelName, Namespace, RequestId, Status};
-use fleet_testkit::raw::{self, RawRecord};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use fleet_proto::{headers as h, Answer, Lane, Namespace, RequestId, Status};
+use fleet_testkit::raw;
+use messages::{anonymous, good, malformed_cases, Ending};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message};
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
-
-/// A valid CloudEvents header set for a text request.
-fn headers_for(id: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    let envelope = Envelope {
-        id: RequestId::parse(id).unwrap(),
-        source: "chaos-test".into(),
-        created_ms: now_ms(),
-        content_type: ContentType::Text,
-        deadline_ms: None,
-        parts: 1,
-        job: None,
-        reply_to: None,
-    };
-    envelope.to_headers().into_iter().map(|(k, v)| (k.as_bytes().to_vec(), Some(v.into_bytes()))).collect()
-}
-
-fn good(id: &str) -> RawRecord {
-    RawRecord {
-        key: Some(id.as_bytes().to_vec()),
-        headers: headers_for(id),
-        payload: Some(format!("a good request called {id}").into_bytes()),
-        ..RawRecord::default()
-    }
-}
-
-fn set_header(record: &mut RawRecord, name: &str, value: &[u8]) {
-    record.headers.retain(|(n, _)| n != name.as_bytes());
-    record.headers.push((name.as_bytes().to_vec(), Some(value.to_vec())));
-}
-
-fn drop_header(record: &mut RawRecord, name: &str) {
-    record.headers.retain(|(n, _)| n != name.as_bytes());
-}
-
-/// How one bad message must end.
-#[derive(Debug, Clone, PartialEq)]
-enum Ending {
-    /// An answer at this id, with this status and error code.
-    Answer { id: &'static str, status: Status, code: Option<&'static str> },
-    /// A dead letter with this reason, found by its payload.
-    DeadLetter { reason: &'static str, payload: &'static str },
-}
-
-fn answer(id: &'static str, status: Status, code: Option<&'static str>) -> Ending {
-    Ending::Answer { id, status, code }
-}
-
-/// The malformed-message cases: each a record and how it must end.
-fn malformed_cases() -> Vec<(RawRecord, Ending)> {
-    let mut cases = Vec::new();
-    // A header name that is not UTF-8 (what crashed rdkafka's iterator).
-    let mut r = good("bad-name");
-    r.headers.push((b"x-\xff\xfe-trace".to_vec(), Some(b"1".to_vec())));
-    cases.push((r, answer("bad-name", Status::Error, Some("bad_request"))));
-    // The same without any readable id: only the DLQ can take it.
-    let mut r = good("unused");
-    r.key = None;
-    drop_header(&mut r, h::ID);
-    r.headers.push((b"\xc3\x28".to_vec(), None));
-    r.payload = Some(b"no id and a bad header name".to_vec());
-    cases.push((r, Ending::DeadLetter { reason: "malformed_header", payload: "no id and a bad header name" }));
-    // A header value that is not UTF-8 where text is required.
-    let mut r = good("bad-value");
-    set_header(&mut r, h::SOURCE, b"\xff\xfe");
-    cases.push((r, answer("bad-value", Status::Error, Some("bad_request"))));
-    // Duplicate headers: the first one counts; a second ce_time is ignored.
-    let mut r = good("dup-headers");
-    r.headers.push((h::TIME.as_bytes().to_vec(), Some(b"not a time".to_vec())));
-    r.headers.push((h::ID.as_bytes().to_vec(), Some(b"another-id".to_vec())));
-    cases.push((r, answer("dup-headers", Status::Ok, None)));
-    // An empty header name, with and without a value.
-    let mut r = good("empty-name");
-    r.headers.push((Vec::new(), Some(b"v".to_vec())));
-    r.headers.push((Vec::new(), None));
-    cases.push((r, answer("empty-name", Status::Ok, None)));
-    // A 1 MiB header the worker does not know.
-    let mut r = good("big-header");
-    r.headers.push((b"x-attachment".to_vec(), Some(vec![b'a'; 1 << 20])));
-    cases.push((r, answer("big-header", Status::Ok, None)));
-    // A key of 0 bytes: ce_id still names the request.
-    let mut r = good("empty-key");
-    r.key = Some(Vec::new());
-    cases.push((r, answer("empty-key", Status::Ok, None)));
-    // A key of 0 bytes and no ce_id: no address at all.
-    let mut r = good("unused");
-    r.key = Some(Vec::new());
-    drop_header(&mut r, h::ID);
-    r.payload = Some(b"an empty key and no ce_id".to_vec());
-    cases.push((r, Ending::DeadLetter { reason: "unreadable_request_id", payload: "an empty key and no ce_id" }));
-    // ce_time and ce_deadline at the numeric extremes.
-    let u64_max = u64::MAX.to_string();
-    let extremes: [(&str, &str, &[u8], Ending); 7] = [
-        ("time-far", h::TIME, b"9999-12-31T23:59:59.999Z", answer("time-far", Status::Ok, None)),
-        ("time-epoch", h::TIME, b"1970-01-01T00:00:00Z", answer("time-epoch", Status::Expired, None)),
-        (
-            "time-before-epoch",
-            h::TIME,
-            b"0001-01-01T00:00:00Z",
-            answer("time-before-epoch", Status::Error, Some("bad_request")),
-        ),
-        ("deadline-max", h::DEADLINE, u64_max.as_bytes(), answer("deadline-max", Status::Ok, None)),
-        (
-            "deadline-overflow",
-            h::DEADLINE,
-            b"18446744073709551616",
-            answer("deadline-overflow", Status::Error, Some("bad_request")),
-        ),
-        ("deadline-zero", h::DEADLINE, b"0", answer("deadline-zero", Status::Expired, None)),
-        ("deadline-negative", h::DEADLINE, b"-1", answer("deadline-negative", Status::Error, Some("bad_request"))),
-    ];
-    for (id, header, value, ending) in extremes {
-        let mut r = good(id);
-        set_header(&mut r, header, value);
-        cases.push((r, ending));
-    }
-    cases
+fn id(text: &str) -> RequestId {
+    RequestId::parse(text).unwrap()
 }
 
 /// A broker, Redis, `infer.minilm` and a worker that is ready and owns
@@ -156,69 +43,6 @@ struct Fleet {
 async fn start_fleet(partitions: i32, redis: Redis, worker_args: &[&str]) -> Fleet {
     let (broker, worker) = common::serving_minilm(partitions, &redis, worker_args).await;
     Fleet { broker, redis, worker }
-}
-
-/// Each id's answer, waited for together (an answer lives 30 s).
-async fn answers_of(redis_url: &str, ids: &[String], timeout: Duration) -> BTreeMap<String, Answer> {
-    let results = ResultClient::connect(redis_url).await.unwrap();
-    let waits = ids.iter().map(|id| {
-        let results = &results;
-        async move {
-            let request = RequestId::parse(id).unwrap();
-            let got = results.wait(&request, &[minilm()], timeout).await;
-            (id.clone(), got.map(|mut a| a.remove("minilm").unwrap()))
-        }
-    });
-    futures::future::join_all(waits)
-        .await
-        .into_iter()
-        .map(|(id, got)| (id.clone(), got.unwrap_or_else(|e| panic!("{id}: {e}"))))
-        .collect()
-}
-
-/// A dead letter as read back: reason, payload and the fleet's headers.
-#[derive(Debug, Clone)]
-struct Letter {
-    reason: String,
-    key: Option<Vec<u8>>,
-    payload: Vec<u8>,
-    headers: BTreeMap<String, Vec<u8>>,
-}
-
-/// Reads the DLQ topic from its start until `count` letters are in.
-async fn dead_letters(broker: &Broker, count: usize, timeout: Duration) -> Vec<Letter> {
-    let reader: StreamConsumer = broker
-        .kafka()
-        .client_config()
-        .set("group.id", format!("dlq-reader-{}", common::free_port()))
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    reader.subscribe(&[&Namespace::default().dlq_topic(&minilm())]).unwrap();
-    let deadline = Instant::now() + timeout;
-    let mut letters = Vec::new();
-    while letters.len() < count {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(Ok(message)) = tokio::time::timeout(left, reader.recv()).await else {
-            panic!("{} of {count} dead letters arrived: {letters:?}", letters.len());
-        };
-        let headers: BTreeMap<String, Vec<u8>> = message
-            .headers()
-            .map(|hs| {
-                (0..hs.count())
-                    .filter_map(|i| hs.try_get(i))
-                    .map(|hd| (hd.key.to_owned(), hd.value.unwrap_or_default().to_vec()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        letters.push(Letter {
-            reason: String::from_utf8_lossy(headers.get(h::DLQ_REASON).map_or(&[][..], |v| v)).into_owned(),
-            key: message.key().map(<[u8]>::to_vec),
-            payload: message.payload().unwrap_or_default().to_vec(),
-            headers,
-        });
-    }
-    letters
 }
 
 /// Asserts the worker runs and both probes pass.
@@ -241,10 +65,10 @@ async fn each_malformed_message_ends_as_its_own_answer_or_dead_letter() {
         let before = format!("good-before-{n}");
         let after = format!("good-after-{n}");
         raw::produce(&broker.kafka().client_config(), &topic, &[good(&before), bad.clone(), good(&after)]).unwrap();
-        good_ids.extend([before, after]);
+        good_ids.extend([id(&before), id(&after)]);
     }
-    let answered = answers_of(&redis.url(), &good_ids, Duration::from_secs(90)).await;
-    assert!(answered.values().all(|a| a.status == Status::Ok), "good requests: {answered:?}");
+    let answered = wait_for_answers(&redis, &minilm(), &good_ids, Duration::from_secs(90)).await;
+    assert!(answered.iter().all(|a| a.status == Status::Ok), "good requests: {answered:?}");
 
     let expected_answers: Vec<(&str, Status, Option<&str>)> = cases
         .iter()
@@ -253,10 +77,9 @@ async fn each_malformed_message_ends_as_its_own_answer_or_dead_letter() {
             Ending::DeadLetter { .. } => None,
         })
         .collect();
-    let ids: Vec<String> = expected_answers.iter().map(|(id, _, _)| id.to_string()).collect();
-    let got = answers_of(&redis.url(), &ids, Duration::from_secs(60)).await;
-    for (id, status, code) in expected_answers {
-        let answer = &got[id];
+    let ids: Vec<RequestId> = expected_answers.iter().map(|(name, _, _)| id(name)).collect();
+    let got = wait_for_answers(&redis, &minilm(), &ids, Duration::from_secs(60)).await;
+    for ((id, status, code), answer) in expected_answers.into_iter().zip(&got) {
         assert_eq!(answer.status, status, "{id}: {answer:?}");
         assert_eq!(answer.error.as_ref().map(|e| e.code.as_str()), code, "{id}: {answer:?}");
     }
@@ -267,7 +90,7 @@ async fn each_malformed_message_ends_as_its_own_answer_or_dead_letter() {
             Ending::Answer { .. } => None,
         })
         .collect();
-    let letters = dead_letters(&broker, expected_letters.len(), Duration::from_secs(60)).await;
+    let letters = dead_letters(&broker, &minilm(), expected_letters.len(), Duration::from_secs(60)).await;
     for (reason, payload) in expected_letters {
         let letter = letters.iter().find(|l| l.payload == payload.as_bytes()).expect(payload);
         assert_eq!(letter.reason, reason, "{payload}");
@@ -275,8 +98,7 @@ async fn each_malformed_message_ends_as_its_own_answer_or_dead_letter() {
         assert!(source.starts_with("infer.minilm:"), "{source}");
     }
     // Every message ended one way: the group's offsets reach the end.
-    let offsets = wait_for_commits_at_end(&broker, &Namespace::default().consumer_group(&minilm()), &topic, 2).await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 2).await;
     assert_alive_and_healthy(&mut worker).await;
     let scrape = worker.scrape().await;
     assert_eq!(metric_value(&scrape, "fleet_panics_total", &[("model", "minilm")]), 0.0);
@@ -289,20 +111,11 @@ async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batc
     let Fleet { broker, redis, mut worker } = start_fleet(1, Redis::start(), &[]).await;
     let mut conn = redis.connection().await;
     // Any client with the fleet's ACL could write these.
-    let (result_taken, ready_taken) =
-        (RequestId::parse("taken-result").unwrap(), RequestId::parse("taken-ready").unwrap());
-    let _: () = redis::cmd("SET")
-        .arg(Namespace::default().result_key(&result_taken))
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg(Namespace::default().ready_key(&ready_taken))
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let (result_taken, ready_taken) = (id("taken-result"), id("taken-ready"));
+    let names = Namespace::default();
+    for key in [names.result_key(&result_taken), names.ready_key(&ready_taken)] {
+        let _: () = redis::cmd("SET").arg(key).arg("x").query_async(&mut conn).await.unwrap();
+    }
     // One batch: good rows around the two bad ones.
     let producer = FleetProducer::new(&broker.kafka(), "chaos").unwrap();
     let mut ids = Vec::new();
@@ -311,7 +124,7 @@ async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batc
         let id = match n {
             8 => result_taken.clone(),
             16 => ready_taken.clone(),
-            _ => RequestId::parse(&format!("around-{n}")).unwrap(),
+            _ => id(&format!("around-{n}")),
         };
         pending
             .push(producer.send(&minilm(), &Request::text(id.clone(), format!("sentence number {n}"))).await.unwrap());
@@ -320,11 +133,10 @@ async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batc
     for delivered in futures::future::join_all(pending).await {
         delivered.unwrap();
     }
-    let good: Vec<String> =
-        ids.iter().filter(|id| **id != result_taken && **id != ready_taken).map(|id| id.to_string()).collect();
-    let answered = answers_of(&redis.url(), &good, Duration::from_secs(60)).await;
-    assert!(answered.values().all(|a| a.status == Status::Ok));
-    let letters = dead_letters(&broker, 2, Duration::from_secs(60)).await;
+    let good: Vec<RequestId> = ids.iter().filter(|id| **id != result_taken && **id != ready_taken).cloned().collect();
+    let answered = wait_for_answers(&redis, &minilm(), &good, Duration::from_secs(60)).await;
+    assert!(answered.iter().all(|a| a.status == Status::Ok));
+    let letters = dead_letters(&broker, &minilm(), 2, Duration::from_secs(60)).await;
     for taken in [&result_taken, &ready_taken] {
         let letter = letters.iter().find(|l| l.key.as_deref() == Some(taken.as_str().as_bytes())).expect("a letter");
         assert_eq!(letter.reason, "answer_unwritable");
@@ -333,43 +145,12 @@ async fn an_unwritable_answer_key_is_dead_lettered_without_holding_back_its_batc
         assert!(String::from_utf8_lossy(&letter.headers[h::DLQ_DETAIL]).contains("WRONGTYPE"));
     }
     // Nothing half-written under the taken keys.
-    let kind: String =
-        redis::cmd("TYPE").arg(Namespace::default().result_key(&ready_taken)).query_async(&mut conn).await.unwrap();
+    let kind: String = redis::cmd("TYPE").arg(names.result_key(&ready_taken)).query_async(&mut conn).await.unwrap();
     assert_eq!(kind, "none", "no hash field nobody is woken for");
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&minilm()),
-        &Namespace::default().topic(&minilm()),
-        1,
-    )
-    .await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 1).await;
     assert_alive_and_healthy(&mut worker).await;
     let scrape = worker.scrape().await;
     assert_eq!(metric_value(&scrape, "fleet_sink_failures_total", &[("target", "redis"), ("class", "message")]), 2.0);
-}
-
-/// Replaces the DLQ topic by one whose messages may be at most `max_bytes`.
-async fn shrink_dlq(broker: &Broker, max_bytes: u64) {
-    let admin: AdminClient<DefaultClientContext> = broker.kafka().client_config().create().unwrap();
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let dlq = Namespace::default().dlq_topic(&minilm());
-    admin.delete_topics(&[&dlq], &options).await.unwrap();
-    let limit = max_bytes.to_string();
-    let topic = NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", &limit);
-    let created = admin.create_topics(&[topic], &options).await.unwrap();
-    assert!(created.iter().all(Result::is_ok), "{created:?}");
-}
-
-/// A message without a readable id and with `payload_bytes` of payload.
-fn anonymous(marker: &str, payload_bytes: usize) -> RawRecord {
-    let mut r = good("unused");
-    r.key = None;
-    drop_header(&mut r, h::ID);
-    let mut payload = marker.as_bytes().to_vec();
-    payload.resize(payload_bytes.max(marker.len()), b'.');
-    r.payload = Some(payload);
-    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,7 +162,7 @@ async fn a_dead_letter_too_large_for_its_topic_is_sent_stripped_or_kept_locally(
     shrink_dlq(&broker, 4096).await;
     let records = [good("size-before"), anonymous("too big for the DLQ", 64 * 1024), good("size-after")];
     raw::produce(&broker.kafka().client_config(), &topic, &records).unwrap();
-    let letters = dead_letters(&broker, 1, Duration::from_secs(60)).await;
+    let letters = dead_letters(&broker, &minilm(), 1, Duration::from_secs(60)).await;
     assert_eq!(letters[0].reason, "unreadable_request_id");
     assert_eq!(letters[0].headers.get(h::DLQ_TRUNCATED).map(Vec::as_slice), Some(&b"true"[..]));
     assert!(letters[0].payload.is_empty(), "stripped of its payload");
@@ -390,15 +171,15 @@ async fn a_dead_letter_too_large_for_its_topic_is_sent_stripped_or_kept_locally(
     shrink_dlq(&broker, 64).await;
     let records = [good("local-before"), anonymous("kept locally", 10), good("local-after")];
     raw::produce(&broker.kafka().client_config(), &topic, &records).unwrap();
-    let ids: Vec<String> = ["size-before", "size-after", "local-before", "local-after"].map(String::from).to_vec();
-    assert!(answers_of(&redis.url(), &ids, Duration::from_secs(60)).await.values().all(|a| a.status == Status::Ok));
+    let ids = ["size-before", "size-after", "local-before", "local-after"].map(id);
+    let answered = wait_for_answers(&redis, &minilm(), &ids, Duration::from_secs(60)).await;
+    assert!(answered.iter().all(|a| a.status == Status::Ok));
     worker.wait_for_metric("fleet_dlq_local_total", &[("model", "minilm")], 1.0, Duration::from_secs(60)).await;
     let (_, record) = worker.get("/dead-letters").await.expect("the local record");
     let entries: Vec<serde_json::Value> = serde_json::from_str(&record).unwrap();
     assert_eq!(entries.len(), 1, "{record}");
     assert_eq!(entries[0]["reason"], "unreadable_request_id");
-    let offsets = wait_for_commits_at_end(&broker, &Namespace::default().consumer_group(&minilm()), &topic, 1).await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 1).await;
     assert_alive_and_healthy(&mut worker).await;
 }
 
@@ -412,8 +193,8 @@ async fn a_missing_dlq_topic_stops_reading_and_says_so_until_it_is_back() {
     admin.delete_topics(&[&Namespace::default().dlq_topic(&minilm())], &options).await.unwrap();
     let records = [good("dlq-gone-before"), anonymous("the DLQ is gone", 10), good("dlq-gone-after")];
     raw::produce(&broker.kafka().client_config(), &topic, &records).unwrap();
-    let ids = ["dlq-gone-before".to_owned()];
-    assert_eq!(answers_of(&redis.url(), &ids, Duration::from_secs(60)).await["dlq-gone-before"].status, Status::Ok);
+    let answered = wait_for_answers(&redis, &minilm(), &[id("dlq-gone-before")], Duration::from_secs(60)).await;
+    assert_eq!(answered[0].status, Status::Ok);
     // The worker cannot end the message: it says so, and stops reading.
     let (code, body) = worker.wait_for_status("/ready", 503, Duration::from_secs(60)).await;
     assert_eq!(code, 503, "{body}");
@@ -424,10 +205,10 @@ async fn a_missing_dlq_topic_stops_reading_and_says_so_until_it_is_back() {
     assert!(worker.wait_exit(Duration::ZERO).await.is_none(), "the worker exited");
     // The operator restores the topic: the letter lands, reading resumes.
     broker.create_topics(&minilm(), 1).await;
-    let letters = dead_letters(&broker, 1, Duration::from_secs(60)).await;
+    let letters = dead_letters(&broker, &minilm(), 1, Duration::from_secs(60)).await;
     assert_eq!(letters[0].payload, b"the DLQ is gone");
-    let ids = ["dlq-gone-after".to_owned()];
-    assert_eq!(answers_of(&redis.url(), &ids, Duration::from_secs(60)).await["dlq-gone-after"].status, Status::Ok);
+    let answered = wait_for_answers(&redis, &minilm(), &[id("dlq-gone-after")], Duration::from_secs(60)).await;
+    assert_eq!(answered[0].status, Status::Ok);
     assert_alive_and_healthy(&mut worker).await;
 }
 
@@ -442,9 +223,9 @@ async fn redis_refusing_the_answer_script_is_reported_and_a_new_member_takes_par
     let producer = FleetProducer::new(&broker.kafka(), "chaos").unwrap();
     let mut ids = Vec::new();
     for n in 0..40 {
-        let id = RequestId::parse(&format!("noperm-{n}")).unwrap();
+        let id = id(&format!("noperm-{n}"));
         producer.send(&minilm(), &Request::text(id.clone(), format!("text {n}"))).await.unwrap().await.unwrap();
-        ids.push(id.to_string());
+        ids.push(id);
     }
     // Not ready at once, with the reason. Still live past the stall bound:
     // a refusing dependency is not cured by a restart.
@@ -474,8 +255,8 @@ async fn redis_refusing_the_answer_script_is_reported_and_a_new_member_takes_par
     // The operator fixes the ACL: everything is answered, nothing lost.
     let mut admin = redis.connection().await;
     let _: () = redis::cmd("ACL").arg("SETUSER").arg("worker").arg("+eval").query_async(&mut admin).await.unwrap();
-    let answered = answers_of(&redis.url(), &ids, Duration::from_secs(90)).await;
-    assert!(answered.values().all(|a| a.status == Status::Ok));
+    let answered = wait_for_answers(&redis, &minilm(), &ids, Duration::from_secs(90)).await;
+    assert!(answered.iter().all(|a| a.status == Status::Ok));
     assert_alive_and_healthy(&mut worker).await;
     let scrape = worker.scrape().await;
     assert!(metric_value(&scrape, "fleet_sink_failures_total", &[("target", "redis"), ("class", "fleet")]) >= 1.0);
@@ -492,20 +273,20 @@ async fn sigterm_during_a_redis_outage_exits_within_the_drain_timeout() {
         async move {
             let mut ids = Vec::new();
             for n in 0..20 {
-                let id = RequestId::parse(&format!("{prefix}-{n}")).unwrap();
+                let id = id(&format!("{prefix}-{n}"));
                 producer
                     .send(&minilm(), &Request::text(id.clone(), format!("{prefix} {n}")))
                     .await
                     .unwrap()
                     .await
                     .unwrap();
-                ids.push(id.to_string());
+                ids.push(id);
             }
             ids
         }
     };
     let before = send("before-outage").await;
-    assert_eq!(answers_of(&redis.url(), &before, Duration::from_secs(60)).await.len(), 20);
+    assert_eq!(wait_for_answers(&redis, &minilm(), &before, Duration::from_secs(60)).await.len(), 20);
     redis.freeze();
     let during = send("during-outage").await;
     let held = worker.wait_for_metric("fleet_queue_depth", &[("model", "minilm")], 1.0, Duration::from_secs(60)).await;
@@ -521,43 +302,10 @@ async fn sigterm_during_a_redis_outage_exits_within_the_drain_timeout() {
     // worker once Redis is back: nothing lost.
     redis.thaw();
     let _next = Worker::start("minilm", &broker, &redis, &[]);
-    let all: Vec<String> = before.iter().chain(&during).cloned().collect();
-    let answered = answers_of(&redis.url(), &all, Duration::from_secs(90)).await;
-    assert!(answered.values().all(|a| a.status == Status::Ok));
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&minilm()),
-        &Namespace::default().topic(&minilm()),
-        2,
-    )
-    .await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
-}
-
-/// A group member that only takes partitions and gives them back: it joins
-/// with the workers' assignor, holds its share for `hold`, and leaves
-/// without reading or committing anything.
-async fn come_and_go(broker: &Broker, hold: Duration) {
-    let member: StreamConsumer = broker
-        .kafka()
-        .client_config()
-        .set("group.id", Namespace::default().consumer_group(&minilm()))
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("enable.auto.commit", "false")
-        .set("session.timeout.ms", "6000")
-        .create()
-        .unwrap();
-    member.subscribe(&[&Namespace::default().topic(&minilm())]).unwrap();
-    // Polling serves the group protocol; messages it fetches are dropped
-    // uncommitted (the workers read them again).
-    let _ = tokio::time::timeout(hold, async {
-        loop {
-            let _ = member.recv().await;
-        }
-    })
-    .await;
-    member.unsubscribe();
-    tokio::task::spawn_blocking(move || drop(member)).await.unwrap();
+    let all: Vec<RequestId> = before.iter().chain(&during).cloned().collect();
+    let answered = wait_for_answers(&redis, &minilm(), &all, Duration::from_secs(90)).await;
+    assert!(answered.iter().all(|a| a.status == Status::Ok));
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -577,7 +325,7 @@ async fn a_member_joining_and_leaving_every_two_seconds_loses_no_answer() {
     let load = async {
         let mut waits = Vec::new();
         for n in 0..400 {
-            let id = RequestId::parse(&format!("churn-{n}")).unwrap();
+            let id = id(&format!("churn-{n}"));
             let text = format!("{} ({n})", sentences[n % sentences.len()]);
             producer.send(&minilm(), &Request::text(id.clone(), text)).await.unwrap();
             let results = results.clone();
@@ -599,14 +347,7 @@ async fn a_member_joining_and_leaving_every_two_seconds_loses_no_answer() {
         answered += 1;
     }
     let ids: Vec<()> = vec![(); answered];
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&minilm()),
-        &Namespace::default().topic(&minilm()),
-        4,
-    )
-    .await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 4).await;
     let scrape = worker.scrape().await;
     let computed = metric_value(&scrape, "fleet_model_rows_total", &[("model", "minilm")]);
     let revoked = metric_value(&scrape, "fleet_revoked_dropped_total", &[("model", "minilm")]);

@@ -7,74 +7,13 @@
 
 mod common;
 
-use common::{present_metric_value as metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
-use fleet_proto::{ModelName, Namespace, RequestId};
+use common::{
+    assert_committed_to_the_end, committed_offsets, minilm, present_metric_value as metric_value, serial, texts,
+    wait_for_answers, wait_for_answers_once, Broker, Redis, Worker,
+};
+use fleet_proto::{Lane, Namespace, RequestId};
 use fleet_testkit::{PostgresDatabase, Storage};
-use redis::AsyncCommands;
 use std::time::{Duration, Instant};
-
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
-
-fn texts(prefix: &str, count: usize) -> Vec<String> {
-    let sentences = common::sentences();
-    (0..count).map(|n| format!("{} ({prefix} {n})", sentences[n % sentences.len()])).collect()
-}
-
-/// Waits until every id has its answer in Redis; returns, for each id, how
-/// many answer fields and ready-list pushes it has (the test pops none).
-async fn wait_for_answers(redis: &Redis, ids: &[RequestId], timeout: Duration) -> Vec<(String, usize, usize)> {
-    let names = Namespace::default();
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut conn = redis.connection().await;
-        let mut counts = Vec::new();
-        for id in ids {
-            let fields: usize = conn.hlen(names.result_key(id)).await.unwrap_or(0);
-            let pushes: usize = conn.llen(names.ready_key(id)).await.unwrap_or(0);
-            counts.push((id.to_string(), fields, pushes));
-        }
-        let missing: Vec<&String> = counts.iter().filter(|(_, f, _)| *f == 0).map(|(id, _, _)| id).collect();
-        if missing.is_empty() {
-            return counts;
-        }
-        assert!(Instant::now() < deadline, "{} of {} unanswered: {missing:?}", missing.len(), ids.len());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Every id answered once, announced once.
-fn assert_exactly_once(counts: &[(String, usize, usize)]) {
-    for (id, fields, pushes) in counts {
-        assert_eq!((*fields, *pushes), (1, 1), "{id}: answer fields, ready pushes");
-    }
-}
-
-/// The group's committed offset of partition 0, once.
-async fn committed_offset(broker: &Broker, group: &str, topic: &str) -> Option<i64> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = broker.kafka().client_config().set("group.id", group).create().unwrap();
-    let mut partitions = rdkafka::TopicPartitionList::new();
-    partitions.add_partition(topic, 0);
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let committed = consumer.committed_offsets(partitions, Duration::from_secs(5)).unwrap();
-        match committed.find_partition(&topic, 0).map(|e| e.offset()) {
-            Some(rdkafka::Offset::Offset(o)) => Some(o),
-            _ => None,
-        }
-    })
-    .await
-    .unwrap()
-}
-
-async fn assert_committed_to_the_end(broker: &Broker, partitions: i32) {
-    let names = Namespace::default();
-    let offsets =
-        wait_for_commits_at_end(broker, &names.consumer_group(&minilm()), &names.topic(&minilm()), partitions).await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "{offsets:?}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_and_started_again_empty_loses_no_answer() {
@@ -84,7 +23,7 @@ async fn redis_killed_and_started_again_empty_loses_no_answer() {
 
     // Answered and committed: only Redis holds these answers now.
     let before = common::send_texts(&broker, &minilm(), "before-kill", &texts("before", 40), None).await;
-    assert_exactly_once(&wait_for_answers(&redis, &before, Duration::from_secs(90)).await);
+    wait_for_answers_once(&redis, &minilm(), &before, Duration::from_secs(90)).await;
     // A crash without persistence; back, empty, 3 s later. Requests sent
     // meanwhile wait in the worker.
     redis.kill();
@@ -93,14 +32,14 @@ async fn redis_killed_and_started_again_empty_loses_no_answer() {
     redis.start_again();
 
     let all: Vec<RequestId> = before.iter().chain(&during).cloned().collect();
-    assert_exactly_once(&wait_for_answers(&redis, &all, Duration::from_secs(90)).await);
+    wait_for_answers_once(&redis, &minilm(), &all, Duration::from_secs(90)).await;
     let scrape = worker.scrape().await;
     assert_eq!(metric_value(&scrape, "fleet_redis_memory_lost_total", &[]), 1.0, "the loss was not noticed once");
     let replayed = metric_value(&scrape, "fleet_replayed_total", &[]);
     assert!(replayed >= before.len() as f64, "replayed {replayed}: the lost answers were not all read again");
     // Only what is inside the TTL window, which is all this test sent.
     assert!(replayed <= all.len() as f64, "replayed {replayed} of {} sent", all.len());
-    assert_committed_to_the_end(&broker, 2).await;
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +48,7 @@ async fn redis_frozen_past_the_stall_bound_is_waited_for_without_failing_livenes
     let redis = Redis::start();
     let (broker, worker) = common::serving_minilm(2, &redis, &["--stall-timeout", "3s"]).await;
     let first = common::send_texts(&broker, &minilm(), "before-freeze", &texts("before", 10), None).await;
-    wait_for_answers(&redis, &first, Duration::from_secs(60)).await;
+    wait_for_answers(&redis, &minilm(), &first, Duration::from_secs(60)).await;
 
     redis.freeze();
     let held = common::send_texts(&broker, &minilm(), "during-freeze", &texts("during", 10), None).await;
@@ -129,10 +68,10 @@ async fn redis_frozen_past_the_stall_bound_is_waited_for_without_failing_livenes
 
     redis.thaw();
     let all: Vec<RequestId> = first.iter().chain(&held).cloned().collect();
-    assert_exactly_once(&wait_for_answers(&redis, &all, Duration::from_secs(90)).await);
+    wait_for_answers_once(&redis, &minilm(), &all, Duration::from_secs(90)).await;
     let (code, body) = worker.wait_for_status("/ready", 200, Duration::from_secs(60)).await;
     assert_eq!(code, 200, "{body}");
-    assert_committed_to_the_end(&broker, 2).await;
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,7 +100,7 @@ async fn a_worker_started_while_redis_is_down_warms_up_waits_and_then_serves() {
     redis.start_again();
     worker.wait_until_serving(2).await;
     let ids = common::send_texts(&broker, &minilm(), "late-redis", &texts("late", 10), None).await;
-    assert_exactly_once(&wait_for_answers(&redis, &ids, Duration::from_secs(60)).await);
+    wait_for_answers_once(&redis, &minilm(), &ids, Duration::from_secs(60)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,8 +131,8 @@ async fn a_worker_started_while_the_broker_is_down_waits_and_then_serves() {
 
     broker.start_again();
     worker.wait_until_serving(2).await;
-    assert_exactly_once(&wait_for_answers(&redis, &ids, Duration::from_secs(90)).await);
-    assert_committed_to_the_end(&broker, 2).await;
+    wait_for_answers_once(&redis, &minilm(), &ids, Duration::from_secs(90)).await;
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,8 +158,8 @@ async fn with_redis_wait_replicas_an_offset_moves_on_only_once_a_replica_holds_t
     let worker = Worker::start("minilm", &broker, &primary, &args);
     worker.wait_until_serving(1).await;
     let first = common::send_texts(&broker, &minilm(), "replicated", &texts("replicated", 5), None).await;
-    assert_exactly_once(&wait_for_answers(&primary, &first, Duration::from_secs(60)).await);
-    assert_committed_to_the_end(&broker, 1).await;
+    wait_for_answers_once(&primary, &minilm(), &first, Duration::from_secs(60)).await;
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 1).await;
 
     // The replica stops acknowledging: the first batch's answers reach the
     // primary and are retried, the rest wait behind them; no offset moves,
@@ -241,13 +180,13 @@ async fn with_redis_wait_replicas_an_offset_moves_on_only_once_a_replica_holds_t
     let depth = metric_value(&worker.scrape().await, "fleet_queue_depth", &[]);
     assert!(depth >= 1.0, "the unreplicated answers' messages were let go");
     let names = Namespace::default();
-    let committed = committed_offset(&broker, &names.consumer_group(&minilm()), &names.topic(&minilm())).await;
-    assert_eq!(committed, Some(first.len() as i64), "the offset moved past answers no replica holds");
+    let committed = committed_offsets(&broker, &names.consumer_group(&minilm()), &names.topic(&minilm()), 1);
+    assert_eq!(committed, [first.len() as i64], "the offset moved past answers no replica holds");
 
     replica.thaw();
-    assert_committed_to_the_end(&broker, 1).await;
+    assert_committed_to_the_end(&broker, &minilm(), Lane::Interactive, 1).await;
     let all: Vec<RequestId> = first.iter().chain(&held).cloned().collect();
-    assert_exactly_once(&wait_for_answers(&primary, &all, Duration::from_secs(30)).await);
+    wait_for_answers_once(&primary, &minilm(), &all, Duration::from_secs(30)).await;
     drop(replica);
     let _ = std::fs::remove_dir_all(&files);
 }

@@ -5,9 +5,9 @@
 
 mod common;
 
-use common::{present_metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use common::{assert_committed_to_the_end, present_metric_value, serial, Broker, Redis, Worker};
 use fleet_producer::{FleetProducer, Request, ResultClient, SendError};
-use fleet_proto::{ContentType, ErrorCode, ModelName, Namespace, RequestId, Status};
+use fleet_proto::{ContentType, ErrorCode, Lane, ModelName, RequestId, Status};
 use fleet_worker::stages::engine::labels::{load_labels, top_k};
 use fleet_worker::stages::engine::torch::ImageModule;
 use fleet_worker::versions::repository;
@@ -134,14 +134,7 @@ async fn photos_are_classified_and_bad_images_answered_with_their_code() {
         0.0,
         "every reservation returned"
     );
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&model),
-        &Namespace::default().topic(&model),
-        2,
-    )
-    .await;
-    assert!(offsets.iter().all(|(c, high)| c == high), "committed vs high watermark: {offsets:?}");
+    assert_committed_to_the_end(&broker, &model, Lane::Interactive, 2).await;
     assert!(worker.stop().success());
 }
 

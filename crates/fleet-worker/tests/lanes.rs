@@ -7,54 +7,28 @@
 
 mod common;
 
-use common::{metric_value, present_metric_value, serial, Broker, Redis, Worker};
-use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{Destinations, JobId, Lane, ModelName, Namespace, RequestId, Status};
-use futures::future::join_all;
+use common::{
+    metric_value, minilm, present_metric_value, send_requests, serial, statuses, texts, Broker, Redis, Worker,
+};
+use fleet_producer::{Request, ResultClient};
+use fleet_proto::{Destinations, JobId, Lane, Namespace, RequestId, Status};
 use redis::AsyncCommands;
 use std::time::Duration;
 
 /// `[batching] max_batch_size` of minilm's shipped config.
 const MAX_BATCH_SIZE: usize = 32;
 
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
-
-/// `count` distinct texts (no feature-cache hits) of varied length.
-fn texts(tag: &str, count: usize) -> Vec<String> {
-    let sentences = common::sentences();
-    (0..count).map(|i| format!("{tag} {i}: {}", sentences[i % sentences.len()])).collect()
-}
-
 /// Sends `texts` on `lane` (in `job` when given) as `<prefix>-<n>`; the ids.
 /// Every answer asks for Redis, where these tests read them (a bulk
 /// answer's default is the answers topic: tests/bulk_answers.rs).
 async fn send(broker: &Broker, lane: Lane, job: Option<&JobId>, prefix: &str, texts: &[String]) -> Vec<RequestId> {
-    let producer = FleetProducer::new(&broker.kafka(), "lanes-test").unwrap();
-    let mut ids = Vec::new();
-    let mut pending = Vec::new();
-    for (i, text) in texts.iter().enumerate() {
-        let id = RequestId::parse(&format!("{prefix}-{i}")).unwrap();
-        let mut request = Request::text(id.clone(), text.clone()).in_lane(lane).reply_to(Destinations::REDIS);
-        if let Some(job) = job {
-            request = request.with_job(job.clone());
-        }
-        pending.push(producer.send(&minilm(), &request).await.unwrap());
-        ids.push(id);
-    }
-    for delivered in join_all(pending).await {
-        delivered.expect("delivery");
-    }
-    ids
+    let reply_to = Some(Destinations::REDIS);
+    let shape = |request: Request| Request { lane, job: job.cloned(), reply_to, ..request };
+    send_requests(broker, &Namespace::default(), &minilm(), prefix, texts, shape).await
 }
 
-/// Waits for every id's answer; their statuses, in `ids`' order.
-async fn statuses(redis: &Redis, ids: &[RequestId]) -> Vec<Status> {
-    let results = ResultClient::connect(&redis.url()).await.unwrap();
-    let answers = results.wait_all(ids, &[minilm()], Duration::from_secs(300)).await;
-    answers.into_iter().map(|answers| answers.unwrap_or_else(|e| panic!("{e}"))[minilm().as_str()].status).collect()
-}
+/// How long a test waits for the answers of one send (a whole backlog).
+const ANSWERED_WITHIN: Duration = Duration::from_secs(300);
 
 /// A worker of the two lanes, started after the backlogs were sent (so it
 /// meets them both at once), reading with `--bulk-share share`.
@@ -78,7 +52,7 @@ async fn interactive_requests_overtake_a_bulk_backlog_sent_before_them() {
     let interactive = send(&broker, Lane::Interactive, None, "person", &texts("person", 40)).await;
     let worker = worker_meeting_backlogs(&broker, &redis, "0.1").await;
 
-    assert!(statuses(&redis, &interactive).await.iter().all(|s| *s == Status::Ok));
+    assert!(statuses(&redis, &minilm(), &interactive, ANSWERED_WITHIN).await.iter().all(|s| *s == Status::Ok));
     let bulk_done_by_then = common::answered_now(&redis, &bulk).await;
     assert!(
         bulk_done_by_then < bulk.len() / 2,
@@ -86,7 +60,7 @@ async fn interactive_requests_overtake_a_bulk_backlog_sent_before_them() {
         bulk.len()
     );
     // The backfill still ends, every request once.
-    assert!(statuses(&redis, &bulk).await.iter().all(|s| *s == Status::Ok));
+    assert!(statuses(&redis, &minilm(), &bulk, ANSWERED_WITHIN).await.iter().all(|s| *s == Status::Ok));
     let scrape = worker.scrape().await;
     let ok_in = |lane| present_metric_value(&scrape, "fleet_requests_total", &[("status", "ok"), ("lane", lane)]);
     assert_eq!((ok_in("interactive"), ok_in("bulk")), (40.0, 1000.0), "answers counted by lane");
@@ -103,16 +77,17 @@ async fn bulk_keeps_its_share_under_a_sustained_interactive_backlog() {
 
     // Both waited for at once; which is complete first. Strict priority
     // would answer every interactive request first.
+    let model = minilm();
     let finished_first = tokio::select! {
         biased;
-        answered = statuses(&redis, &bulk) => {
+        answered = statuses(&redis, &model, &bulk, ANSWERED_WITHIN) => {
             assert!(answered.iter().all(|s| *s == Status::Ok));
             Lane::Bulk
         }
-        _ = statuses(&redis, &interactive) => Lane::Interactive,
+        _ = statuses(&redis, &model, &interactive, ANSWERED_WITHIN) => Lane::Interactive,
     };
     assert_eq!(finished_first, Lane::Bulk, "bulk ended only after the whole interactive backlog: starved");
-    assert!(statuses(&redis, &interactive).await.iter().all(|s| *s == Status::Ok));
+    assert!(statuses(&redis, &minilm(), &interactive, ANSWERED_WITHIN).await.iter().all(|s| *s == Status::Ok));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,8 +107,8 @@ async fn a_cancelled_job_is_answered_cancelled_without_compute_and_other_work_go
     let other_job = JobId::parse("kept-job").unwrap();
     let kept = send(&broker, Lane::Bulk, Some(&other_job), "kept", &texts("kept", 20)).await;
     let plain = send(&broker, Lane::Interactive, None, "plain", &texts("plain", 20)).await;
-    assert!(statuses(&redis, &kept).await.iter().all(|s| *s == Status::Ok));
-    assert!(statuses(&redis, &plain).await.iter().all(|s| *s == Status::Ok));
+    assert!(statuses(&redis, &minilm(), &kept, ANSWERED_WITHIN).await.iter().all(|s| *s == Status::Ok));
+    assert!(statuses(&redis, &minilm(), &plain, ANSWERED_WITHIN).await.iter().all(|s| *s == Status::Ok));
 
     // A job cancelled before its requests arrive: none is computed.
     let rows = |scrape: &str| present_metric_value(scrape, "fleet_model_rows_total", &[]);
@@ -148,7 +123,7 @@ async fn a_cancelled_job_is_answered_cancelled_without_compute_and_other_work_go
     let mut aborted_texts = texts("aborted", 199);
     aborted_texts.push(texts("kept", 1).remove(0));
     let cancelled = send(&broker, Lane::Bulk, Some(&aborted), "aborted", &aborted_texts).await;
-    let answered = statuses(&redis, &cancelled).await;
+    let answered = statuses(&redis, &minilm(), &cancelled, ANSWERED_WITHIN).await;
     assert!(answered.iter().all(|s| *s == Status::Cancelled), "{answered:?}");
     let scrape = worker.scrape().await;
     assert_eq!(rows(&scrape), rows_before, "rows of the cancelled job were computed");
@@ -169,12 +144,12 @@ async fn a_cancelled_job_is_answered_cancelled_without_compute_and_other_work_go
     client.cancel(&running, keep).await.unwrap();
     let rows_at_cancel = rows(&worker.scrape().await);
     let after = send(&broker, Lane::Interactive, None, "after", &texts("after", 10)).await;
-    let answered = statuses(&redis, &backfill).await;
+    let answered = statuses(&redis, &minilm(), &backfill, ANSWERED_WITHIN).await;
     let computed = answered.iter().filter(|s| **s == Status::Ok).count();
     let stopped = answered.iter().filter(|s| **s == Status::Cancelled).count();
     assert_eq!(computed + stopped, backfill.len(), "{answered:?}");
     assert!(stopped > 0, "nothing of the running job was cancelled");
-    assert!(statuses(&redis, &after).await.iter().all(|s| *s == Status::Ok));
+    assert!(statuses(&redis, &minilm(), &after, ANSWERED_WITHIN).await.iter().all(|s| *s == Status::Ok));
     // Rows computed after the cancel was seen by this test: the interactive
     // ones, and at most the batch of the job that was already in the engine.
     let rows_after_cancel = rows(&worker.scrape().await) - rows_at_cancel;

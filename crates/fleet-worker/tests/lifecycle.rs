@@ -7,16 +7,12 @@
 
 mod common;
 
-use common::{metric_value, serial, Broker, Redis, Worker};
-use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{Answer, ModelName, Namespace, RequestId, Status};
+use common::{metric_value, minilm, serial, wait_for_answers_once, Broker, Redis, Worker};
+use fleet_producer::{FleetProducer, Request};
+use fleet_proto::{Answer, Namespace, RequestId, Status};
 use redis::AsyncCommands;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
 
 /// A repository of its own (the test adds versions and edits the pin):
 /// minilm's shipped config and version 1 linked to the exported model.
@@ -64,26 +60,9 @@ async fn send_paced(producer: &FleetProducer, prefix: &str, texts: &[String], ga
     ids
 }
 
-/// Every id's answer, in id order; asserts each was written exactly once
-/// (every write pushes one entry onto the id's ready list).
+/// Every id's answer, in id order; asserts each was written exactly once.
 async fn answers(redis: &Redis, ids: &[RequestId]) -> Vec<Answer> {
-    let results = ResultClient::connect(&redis.url()).await.unwrap();
-    let mut conn = redis.connection().await;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut out = Vec::new();
-    for id in ids {
-        let answer = loop {
-            if let Some(answer) = results.poll(id).await.unwrap().remove("minilm") {
-                break answer;
-            }
-            assert!(Instant::now() < deadline, "{id} was never answered");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let writes: usize = conn.llen(Namespace::default().ready_key(id)).await.unwrap();
-        assert_eq!(writes, 1, "{id} was answered {writes} times");
-        out.push(answer);
-    }
-    out
+    wait_for_answers_once(redis, &minilm(), ids, Duration::from_secs(90)).await
 }
 
 async fn wait_for(worker: &Worker, name: &str, labels: &[(&str, &str)], value: f64, timeout: Duration) {
@@ -304,12 +283,7 @@ async fn batches_over_the_memory_limit_are_split_and_every_row_is_answered() {
     // max_batch_size (32). Under a memory limit the warm-up runs each
     // bucket's largest batch (32 rows of 16 tokens need ~8 MB), and a live
     // split lowers the cap too.
-    let scrape = worker.scrape().await;
-    let caps: Vec<f64> = scrape
-        .lines()
-        .filter(|l| l.starts_with("fleet_batch_row_cap{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
+    let caps = row_caps(&worker.scrape().await);
     assert!(!caps.is_empty(), "no fleet_batch_row_cap series in the scrape");
     assert!(caps.iter().any(|&cap| cap < 32.0), "the memory limit capped no bucket: caps {caps:?}");
     assert_eq!(worker.get("/healthz").await.map(|(code, _)| code), Some(200), "the worker lives on");

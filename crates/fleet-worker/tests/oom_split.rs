@@ -5,11 +5,12 @@
 //! gets unsplit.
 
 use fleet_proto::ModelName;
+use fleet_worker::core::input::ModelInput;
+use fleet_worker::core::precision::CpuFeatures;
 use fleet_worker::stages::admission::tokenize::TextTokenizer;
-use fleet_worker::stages::engine::input::ModelInput;
 use fleet_worker::stages::engine::memory::MemoryGuard;
 use fleet_worker::stages::engine::model::{LoadTarget, Model};
-use fleet_worker::stages::engine::precision::{min_cosine, CpuFeatures};
+use fleet_worker::stages::engine::precision_choice::min_cosine;
 use fleet_worker::stages::engine::split::RowFailure;
 use fleet_worker::versions::repository;
 use std::path::PathBuf;

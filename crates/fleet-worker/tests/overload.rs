@@ -4,20 +4,14 @@
 
 mod common;
 
-use common::{ledger, metric_value, send_texts, sentences, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use common::{
+    assert_committed_to_the_end, ledger, metric_value, minilm, send_texts, sentences, serial, texts, Broker, Redis,
+    Worker,
+};
 use fleet_producer::{BacklogGuard, FleetProducer, Overloaded, Request, SendError};
 use fleet_proto::clock::now_ms;
-use fleet_proto::{ModelName, Namespace, RequestId};
+use fleet_proto::{Lane, RequestId};
 use std::time::{Duration, Instant};
-
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
-
-/// `n` texts cycling through the corpus.
-fn texts(n: usize) -> Vec<String> {
-    sentences().into_iter().cycle().take(n).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_ten_times_the_limit_stays_within_the_limit() {
@@ -81,8 +75,8 @@ async fn deadlines_already_past_are_never_computed() {
     broker.create_topics(&model, 2).await;
     let worker = Worker::start("minilm", &broker, &redis, &[]);
     worker.wait_until_serving(2).await;
-    let late = send_texts(&broker, &model, "late", &texts(50), Some(now_ms() - 1)).await;
-    let fine = send_texts(&broker, &model, "fine", &texts(10), None).await;
+    let late = send_texts(&broker, &model, "late", &texts("late", 50), Some(now_ms() - 1)).await;
+    let fine = send_texts(&broker, &model, "fine", &texts("fine", 10), None).await;
     assert_eq!(ledger(&redis, &model, &late, Duration::from_secs(60)).await.get("expired"), Some(&50));
     assert_eq!(ledger(&redis, &model, &fine, Duration::from_secs(60)).await.get("ok"), Some(&10));
     let scrape = worker.scrape().await;
@@ -95,7 +89,7 @@ async fn the_producer_refuses_with_overloaded_while_the_backlog_is_above_its_lim
     let _serial = serial().await;
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 2).await;
-    let ids = send_texts(&broker, &model, "queued", &texts(600), None).await;
+    let ids = send_texts(&broker, &model, "queued", &texts("queued", 600), None).await;
     // A deliberately slow worker: the backlog is reported while it drains.
     let _worker = Worker::start("minilm", &broker, &redis, &["--max-in-flight", "8", "--intra-op-threads", "1"]);
     let guard = BacklogGuard::connect(&redis.url(), 100).await.unwrap().with_refresh(Duration::from_millis(0));
@@ -140,7 +134,7 @@ async fn a_worker_killed_mid_batch_loses_nothing_after_restart() {
     let (broker, redis, model) = (Broker::start(), Redis::start(), minilm());
     broker.create_topics(&model, 4).await;
     // Deadlines far off: this test is about losses, not about time.
-    let ids = send_texts(&broker, &model, "kill", &texts(600), Some(now_ms() + 600_000)).await;
+    let ids = send_texts(&broker, &model, "kill", &texts("kill", 600), Some(now_ms() + 600_000)).await;
     let mut first = Worker::start("minilm", &broker, &redis, &["--intra-op-threads", "1"]);
     let answered =
         first.wait_for_metric("fleet_requests_total", &[("model", "minilm")], 60.0, Duration::from_secs(60)).await;
@@ -149,14 +143,7 @@ async fn a_worker_killed_mid_batch_loses_nothing_after_restart() {
     let second = Worker::start("minilm", &broker, &redis, &[]);
     let counts = ledger(&redis, &model, &ids, Duration::from_secs(180)).await;
     assert_eq!(counts.get("ok"), Some(&ids.len()), "{counts:?}");
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&model),
-        &Namespace::default().topic(&model),
-        4,
-    )
-    .await;
-    assert!(offsets.iter().all(|(c, h)| c == h), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &model, Lane::Interactive, 4).await;
     drop(second);
 }
 
@@ -168,7 +155,7 @@ async fn when_one_of_two_workers_stops_mid_stream_the_other_closes_the_ledger() 
     let one = ["--intra-op-threads", "1"];
     let staying = Worker::start("minilm", &broker, &redis, &one);
     let mut leaving = Worker::start("minilm", &broker, &redis, &one);
-    let mut all = texts(500);
+    let mut all = texts("reb", 500);
     all.push(String::new()); // one error answer belongs in the ledger too
     let ids = send_texts(&broker, &model, "reb", &all, Some(now_ms() + 600_000)).await;
     let answered =
@@ -179,13 +166,6 @@ async fn when_one_of_two_workers_stops_mid_stream_the_other_closes_the_ledger() 
     assert_eq!(counts.get("ok"), Some(&500), "{counts:?}");
     assert_eq!(counts.get("error"), Some(&1), "{counts:?}");
     assert_eq!(counts.values().sum::<usize>(), ids.len(), "sent = ok + error + expired");
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&model),
-        &Namespace::default().topic(&model),
-        8,
-    )
-    .await;
-    assert!(offsets.iter().all(|(c, h)| c == h), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &model, Lane::Interactive, 8).await;
     drop(staying);
 }

@@ -5,16 +5,12 @@
 
 mod common;
 
-use common::{present_metric_value, serial, Broker, Redis, Worker};
+use common::{minilm, present_metric_value, serial, Broker, Redis, Worker};
 use fleet_producer::summary::cosine;
 use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{ModelName, RequestId, Status};
+use fleet_proto::{RequestId, Status};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
 
 /// A repository of its own: the exported version 1 under the shipped
 /// config with `precision` set.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{send_texts_in, sentences, serial, Worker};
+use common::{send_requests, sentences, serial, Worker};
 use fleet_connect::redis::RedisConfig;
 use fleet_producer::{admission, ResultClient};
 use fleet_proto::{ModelName, Namespace, Status};
@@ -41,7 +41,7 @@ async fn a_release_with_its_own_prefixes_is_served_through_a_redis_cluster() {
     worker.wait_until_serving(2).await;
 
     let texts = sentences()[..24].to_vec();
-    let ids = send_texts_in(&names, &broker, &model, "cluster", &texts, None).await;
+    let ids = send_requests(&broker, &names, &model, "cluster", &texts, |request| request).await;
     let target = RedisConfig::cluster(&cluster.urls()).target().unwrap();
     let results = ResultClient::connect_to(&target, names.clone()).await.unwrap();
     let models = [model.clone()];
@@ -63,7 +63,7 @@ async fn a_release_with_its_own_prefixes_is_served_through_a_redis_cluster() {
     assert!(nodes_with_results >= 2, "all 24 requests hashed to one node");
 
     // The same texts again: every one a feature-cache hit across slots.
-    let again = send_texts_in(&names, &broker, &model, "cluster-again", &texts, None).await;
+    let again = send_requests(&broker, &names, &model, "cluster-again", &texts, |request| request).await;
     for outcome in results.wait_all(&again, &models, Duration::from_secs(60)).await {
         assert_eq!(outcome.unwrap()["minilm"].status, Status::Ok);
     }

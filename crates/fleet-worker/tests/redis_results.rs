@@ -4,18 +4,14 @@
 mod common;
 
 use common::{
-    ledger, metric_value, present_metric_value, send_texts, sentences, serial, wait_for_commits_at_end, Broker, Redis,
-    Worker,
+    assert_committed_to_the_end, ledger, metric_value, minilm, present_metric_value, send_texts, sentences, serial,
+    Broker, Redis, Worker,
 };
 use fleet_producer::{ResultClient, ResultError};
-use fleet_proto::{ModelName, Namespace, RequestId, Status};
+use fleet_proto::{Lane, ModelName, Namespace, RequestId, Status};
 use redis::AsyncCommands;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-fn minilm() -> ModelName {
-    ModelName::parse("minilm").unwrap()
-}
 
 /// A model repository holding `versions` of minilm (links to the exported
 /// version 1) and a config with short TTLs, so expiry is observable.
@@ -196,14 +192,7 @@ async fn outage(kill_during_outage: bool) {
     }
     let counts = ledger(&redis, &model, &ids, Duration::from_secs(180)).await;
     assert_eq!(counts.get("ok"), Some(&ids.len()), "{counts:?}");
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&model),
-        &Namespace::default().topic(&model),
-        4,
-    )
-    .await;
-    assert!(offsets.iter().all(|(c, h)| c == h), "{offsets:?}");
+    assert_committed_to_the_end(&broker, &model, Lane::Interactive, 4).await;
     assert!(worker.stop().success());
 }
 

@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::{metric_value, serial, wait_for_commits_at_end, Broker, Redis, Worker};
+use common::{assert_committed_to_the_end, metric_value, serial, Broker, Redis, Worker};
 use fleet_producer::summary::cosine;
 use fleet_producer::{FleetProducer, Request, ResultClient};
-use fleet_proto::{ModelName, Namespace, RequestId, Status};
+use fleet_proto::{Lane, ModelName, Namespace, RequestId, Status};
 use futures::future::join_all;
 use redis::AsyncCommands;
 use std::time::{Duration, Instant};
@@ -92,14 +92,7 @@ async fn every_request_gets_exactly_one_ok_answer_that_matches_python() {
     }
     assert_eq!(ok, expected, "fleet_requests_total{{status=ok}}");
 
-    let offsets = wait_for_commits_at_end(
-        &broker,
-        &Namespace::default().consumer_group(&model),
-        &Namespace::default().topic(&model),
-        8,
-    )
-    .await;
-    assert!(offsets.iter().all(|(committed, high)| committed == high), "committed vs high watermark: {offsets:?}");
+    let offsets = assert_committed_to_the_end(&broker, &model, Lane::Interactive, 8).await;
     assert_eq!(offsets.iter().map(|(_, high)| high).sum::<i64>(), reference.len() as i64);
     assert!(worker.stop().success(), "worker did not exit cleanly on SIGTERM");
 }

@@ -13,17 +13,20 @@
 //! 4. with `--faults`: step 2 with the worker killed (SIGKILL) twice and the
 //!    collector once, restarted with `fleet-produce collect`: the file's
 //!    books again.
+//!
+//! The command's flags and the files it writes are `loadtest
+//! bulk-answers`'s (loadtest/src/commands/bulk_answers.rs); [`books`]
+//! counts an answers file and writes the `RESULT` lines.
 
 mod books;
-mod command;
 
 pub use books::{backfill_texts, faults_line, file_books, result_line, BulkAnswersReport, FileBooks};
-pub use command::{command, BulkAnswersArgs};
 
 use crate::fleet::{Binaries, LocalWorker};
-use crate::lanes_bench::{latency, throughput, Fleet, Latency};
+use crate::lanes_bench::{latency, Fleet, Latency};
 use crate::profile::Profile;
 use crate::runner::{self, RunConfig};
+use crate::timeline::throughput;
 use anyhow::{bail, Context, Result};
 use fleet_testkit::metric_value;
 use std::path::{Path, PathBuf};
@@ -154,9 +157,8 @@ async fn with_faults(bench: &BulkAnswersBench, file: &Path, texts: usize) -> Res
 async fn restart_worker(bench: &BulkAnswersBench, fleet: &mut Fleet, when: &str) -> Result<()> {
     fleet.worker.kill();
     println!("4 faults: the worker killed (SIGKILL) {when}; restarting it");
-    let (binaries, brokers, redis) = (bench.binaries.clone(), fleet.broker.addr.clone(), fleet.redis.url());
     fleet.worker =
-        tokio::task::spawn_blocking(move || LocalWorker::start(&binaries, MODEL, &brokers, &redis, &[])).await??;
+        LocalWorker::start_async(&bench.binaries, MODEL, &fleet.broker.addr, &fleet.redis.url(), &[]).await?;
     Ok(())
 }
 

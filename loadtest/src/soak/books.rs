@@ -103,7 +103,7 @@ mod tests {
     use super::*;
 
     fn record(partition: Option<i32>, outcome: Outcome, answered_s: Option<f64>, e2e_ms: Option<f64>) -> Record {
-        Record { id: "r".into(), sent_s: 0.0, outcome, answered_s, e2e_ms, queue_ms: None, infer_ms: None, partition }
+        Record { partition, ..crate::timeline::test_record(0.0, outcome, answered_s, e2e_ms) }
     }
 
     #[test]

@@ -115,6 +115,7 @@ pub fn line_of(job: &JobId, id: &RequestId) -> Option<u64> {
 mod tests {
     use super::*;
     use fleet_proto::job_record::JobState;
+    use fleet_proto::{Lane, ModelName, Namespace};
 
     fn job() -> JobId {
         JobId::parse("reembed-7").unwrap()
@@ -125,18 +126,8 @@ mod tests {
     }
 
     fn record(state: JobState, requests: u64) -> JobRecord {
-        JobRecord {
-            job: "reembed-7".into(),
-            model: "minilm".into(),
-            lane: "bulk".into(),
-            answers_topic: "infer.minilm.bulk.answers".into(),
-            reply_to: None,
-            state,
-            requests,
-            started_ms: 0,
-            updated_ms: 0,
-            input: None,
-        }
+        let model = ModelName::parse("minilm").unwrap();
+        JobRecord { state, requests, ..JobRecord::starting(&Namespace::default(), &model, Lane::Bulk, &job(), 0) }
     }
 
     #[test]

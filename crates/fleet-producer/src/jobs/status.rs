@@ -104,23 +104,14 @@ mod tests {
     use super::*;
     use fleet_proto::answer_record::AnswerMeta;
     use fleet_proto::job_record::JobState;
-    use fleet_proto::RequestId;
+    use fleet_proto::{Lane, ModelName, RequestId};
 
     #[test]
     fn waiting_rate_and_eta_come_from_the_answers_written_lately() {
         let job = JobId::parse("j").unwrap();
-        let record = JobRecord {
-            job: "j".into(),
-            model: "minilm".into(),
-            lane: "bulk".into(),
-            answers_topic: "infer.minilm.bulk.answers".into(),
-            reply_to: None,
-            state: JobState::Sent,
-            requests: 1_000,
-            started_ms: 0,
-            updated_ms: 0,
-            input: None,
-        };
+        let model = ModelName::parse("minilm").unwrap();
+        let starting = JobRecord::starting(&Namespace::default(), &model, Lane::Bulk, &job, 0);
+        let record = JobRecord { state: JobState::Sent, requests: 1_000, ..starting };
         let mut ledger = JobLedger::new(job.clone());
         let now = 1_000_000;
         let mut written = Vec::new();

@@ -31,8 +31,8 @@ pub struct WorkerArgs {
     /// libtorch intra-op threads, fixed. Default: chosen on live traffic
     /// (--engine-tuning), starting from one fewer than the cores this
     /// process may use (cgroup-aware, at least 1). The best count differs
-    /// by CPU: on 2 cores one thread answered most on an AMX Xeon (bf16),
-    /// two on an EPYC without AVX-512 BF16 (docs/benchmarks.md).
+    /// by CPU, even between machines of the same core count
+    /// (docs/benchmarks.md).
     #[arg(long, env = "FLEET_INTRA_OP_THREADS")]
     pub intra_op_threads: Option<usize>,
     /// Whether the engine tries the thread counts (unless
@@ -165,38 +165,13 @@ impl WorkerArgs {
         self.kafka.client_config()
     }
 
-    pub fn cpu_features(&self) -> crate::stages::engine::precision::CpuFeatures {
-        match self.cpu_features.trim() {
-            "auto" => crate::stages::engine::precision::CpuFeatures::detect(),
-            list => crate::stages::engine::precision::CpuFeatures::from_names(
-                &list.split(',').map(str::trim).collect::<Vec<_>>(),
-            ),
-        }
-    }
-
     pub fn intra_op_threads(&self) -> usize {
         self.intra_op_threads.unwrap_or_else(|| default_intra_op_threads(cores())).max(1)
-    }
-
-    /// What the engine tunes on live traffic: nothing on CUDA or with
-    /// tuning off; the thread counts unless fixed; the batch share.
-    pub fn engine_tuner(&self, device: tch::Device) -> crate::stages::engine::tuning::Tuner {
-        use crate::stages::engine::tuning::{thread_candidates, TrialLength, Tuner, BATCH_PERCENTS};
-        let length =
-            TrialLength { window_ms: self.engine_tuning_window.as_secs_f64() * 1000.0, ..TrialLength::default() };
-        if !self.engine_tuning || device.is_cuda() {
-            return Tuner::new(&[], 1, &[], length);
-        }
-        let threads = match self.intra_op_threads {
-            Some(_) => Vec::new(),
-            None => thread_candidates(cores()),
-        };
-        Tuner::new(&threads, self.intra_op_threads(), &BATCH_PERCENTS, length)
     }
 }
 
 /// The cores this process may use (cgroup-aware), at least 1.
-fn cores() -> usize {
+pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 

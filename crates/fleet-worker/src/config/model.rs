@@ -2,8 +2,9 @@
 //! batching, TTLs, device) and a version of it on disk. Validated at load; a
 //! bad value names its key.
 
+use super::batching::BatchingConfig;
+use super::device::DeviceConfig;
 use super::signature::{self, ImageLayout, TaskConfig, TextInput};
-use crate::stages::batch::bucket::{default_boundaries, BucketLimits};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -33,66 +34,6 @@ pub struct ModelConfig {
     /// Where each lane's answers go (`[answers]`, [`super::answers`]).
     #[serde(default)]
     pub answers: super::answers::AnswersConfig,
-}
-
-/// `[device]`: precision and device memory. The memory fraction applies on
-/// CUDA; on CPU the memory limit is `--engine-memory-limit-bytes`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeviceConfig {
-    #[serde(default)]
-    pub precision: Precision,
-    /// Share of the device's memory the worker may use (weights, context and
-    /// batches together).
-    #[serde(default = "default_memory_fraction")]
-    pub memory_fraction: f64,
-    /// Activation memory estimate per batch, for fp32: per row, per token
-    /// (rows × padded length) and per attention cell (rows × padded
-    /// length²). Halved for a version served in bf16 or fp16.
-    #[serde(default)]
-    pub bytes_per_row: u64,
-    #[serde(default)]
-    pub bytes_per_token: u64,
-    #[serde(default)]
-    pub bytes_per_attention_cell: u64,
-}
-
-impl Default for DeviceConfig {
-    fn default() -> Self {
-        Self {
-            precision: Precision::default(),
-            memory_fraction: default_memory_fraction(),
-            bytes_per_row: 0,
-            bytes_per_token: 0,
-            bytes_per_attention_cell: 0,
-        }
-    }
-}
-
-impl DeviceConfig {
-    pub fn activation_cost(&self) -> crate::stages::engine::memory::ActivationCost {
-        crate::stages::engine::memory::ActivationCost {
-            bytes_per_row: self.bytes_per_row,
-            bytes_per_token: self.bytes_per_token,
-            bytes_per_attention_cell: self.bytes_per_attention_cell,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    /// bf16 on a CPU with AVX-512 BF16 or AMX, fp16 on CUDA, each when its
-    /// outputs match fp32's on real inputs (`precision::choose`) and, on a
-    /// CPU, it is faster there (`precision::keep_if_faster`); else fp32.
-    #[default]
-    Auto,
-    Fp32,
-    /// bf16 even where its outputs differ from fp32's (logged), or the CPU
-    /// computes it slowly; fp32 only where the model cannot run in it.
-    Bf16,
-    /// fp16, likewise (meant for CUDA).
-    Fp16,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -143,48 +84,6 @@ impl ImageConfig {
 
     pub fn geometry(&self) -> fleet_image::InputGeometry {
         fleet_image::InputGeometry { resize_shorter: self.resize_shorter, crop: self.size }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BatchingConfig {
-    pub max_batch_size: usize,
-    /// Rows × padded length per batch (text models; required there).
-    pub max_batch_tokens: Option<usize>,
-    /// Rows × padded length² per batch: the attention memory budget (text
-    /// models; required there).
-    pub max_attention_cells: Option<usize>,
-    /// One wait for every bucket, or one per bucket.
-    pub max_wait_ms: OneOrPerBucket,
-    /// Upper token bounds of the length buckets; default: fine-grained
-    /// bounds up to max_seq_len (`batcher::default_boundaries`).
-    pub buckets: Option<Vec<usize>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum OneOrPerBucket {
-    One(u64),
-    PerBucket(Vec<u64>),
-}
-
-impl BatchingConfig {
-    /// The batcher's limits for a model of `max_seq_len` tokens.
-    pub fn limits(&self, max_seq_len: usize) -> BucketLimits {
-        let boundaries = self.buckets.clone().unwrap_or_else(|| default_boundaries(max_seq_len));
-        let max_wait_ms = match &self.max_wait_ms {
-            OneOrPerBucket::One(ms) => vec![*ms; boundaries.len()],
-            OneOrPerBucket::PerBucket(list) => list.clone(),
-        };
-        BucketLimits {
-            boundaries,
-            max_batch_size: self.max_batch_size,
-            // Image models have one shape: only the row limit applies.
-            max_batch_tokens: self.max_batch_tokens.unwrap_or(usize::MAX),
-            max_attention_cells: self.max_attention_cells.unwrap_or(usize::MAX),
-            max_wait_ms,
-        }
     }
 }
 
@@ -252,9 +151,6 @@ fn default_max_image_pixels() -> u64 {
 fn default_formats() -> Vec<String> {
     fleet_image::Format::ALL.iter().map(|f| f.name().to_owned()).collect()
 }
-fn default_memory_fraction() -> f64 {
-    0.9
-}
 fn default_request_ttl_ms() -> u64 {
     30_000
 }
@@ -300,7 +196,7 @@ impl ModelConfig {
     /// model's inputs, an image model's input size and layout). A worker
     /// serves those by restarting (a rolling update); everything else — input
     /// and batch limits, TTLs, the task's parameters, the device section —
-    /// is handed over live with the version (`versions::handover`).
+    /// is handed over live with the version (`stages::handover`).
     pub fn unswappable_changes(&self, next: &ModelConfig) -> Vec<String> {
         let mut changes = Vec::new();
         if self.kind != next.kind {

@@ -8,11 +8,10 @@
 //!
 //! - The cache stage asks about a batch's jobs before it answers feature
 //!   cache hits, and the engine again right before it computes the batch
-//!   ([`CancelLookup::cancelled_among`], only for batches holding rows of
-//!   jobs not known cancelled: interactive traffic without jobs pays
-//!   nothing; a few keys, well under a millisecond against a batch's tens
-//!   to hundreds while Redis answers, at most the lookup's 250 ms response
-//!   timeout while it is slow, after which the batch runs). So after a cancel only the batch already in the engine
+//!   ([`CancelledJobs::ask_about`], only for batches holding rows of jobs
+//!   not known cancelled: interactive traffic without jobs pays nothing; a
+//!   few keys in one MGET, and at most the lookup's response timeout while
+//!   Redis is slow, after which the batch runs). So after a cancel only the batch already in the engine
 //!   computes, no request of a cancelled job is answered `ok` from the
 //!   cache, and a job's first batch is looked up before it runs.
 //! - A [`CancelWatch`] asks about the jobs admitted lately every
@@ -23,9 +22,10 @@
 //! What is learned goes into [`CancelledJobs`], which the stages consult
 //! without I/O: admission answers the job's later messages before
 //! tokenizing them, the batch stage what it holds, the cache stage and the
-//! engine each batch.
+//! engine each batch ([`CancelledJobs::take_from`], one way for both).
 
-use crate::job::Job;
+use crate::core::batch::Batch;
+use crate::core::job::{cancelled_answer, Finished, Job};
 use crate::shutdown::Shutdown;
 use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_proto::clock::now_ms;
@@ -99,6 +99,21 @@ impl CancelledJobs {
                 known.jobs.remove(&oldest);
             }
         }
+    }
+
+    /// Asks Redis once about the jobs of `items` not known to be cancelled,
+    /// and learns those that are.
+    pub async fn ask_about(&self, lookup: &mut CancelLookup, items: &[Job]) {
+        let asked = unknown_jobs(self, items);
+        if !asked.is_empty() {
+            self.learn(lookup.cancelled_among(&asked).await);
+        }
+    }
+
+    /// Takes the rows of cancelled jobs out of `batch`, answered
+    /// `cancelled` under `version`.
+    pub fn take_from(&self, batch: &mut Batch<Job>, model: &str, version: u64) -> Vec<Finished> {
+        answer_cancelled(batch.remove_where(|job| !self.allows(job)), model, version)
     }
 
     pub fn learned(&self) -> u64 {
@@ -193,9 +208,15 @@ impl CancelWatch {
     }
 }
 
+/// `cancelled` answers for `jobs`, computed by no one.
+pub fn answer_cancelled(jobs: Vec<Job>, model: &str, version: u64) -> Vec<Finished> {
+    let now = now_ms();
+    jobs.into_iter().map(|job| cancelled_answer(job, model, version, now)).collect()
+}
+
 /// The distinct jobs of `jobs` not known to be cancelled: what a batch's
 /// lookup asks about.
-pub fn unknown_jobs<'a>(known: &CancelledJobs, jobs: impl IntoIterator<Item = &'a Job>) -> Vec<&'a JobId> {
+fn unknown_jobs<'a>(known: &CancelledJobs, jobs: impl IntoIterator<Item = &'a Job>) -> Vec<&'a JobId> {
     let mut seen = HashSet::new();
     jobs.into_iter().filter_map(|job| job.job_id()).filter(|id| !known.is_known(id) && seen.insert(*id)).collect()
 }

@@ -1,9 +1,6 @@
 //! One request's exact model input, and the rows it puts in a batch: a
 //! text is one row, an image one, a rerank request one row per document.
 
-use super::answer::TextFields;
-use crate::stages::cache::entry::{pixels_hash, tokens_hash};
-
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelInput {
     Tokens {
@@ -137,9 +134,39 @@ pub fn stretch(sample: &ModelInput, len: usize) -> ModelInput {
     }
 }
 
+/// What a text answer adds: the input's length in tokens, and whether it was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextFields {
+    pub tokens: usize,
+    pub truncated: bool,
+}
+
+/// 128 bits of BLAKE3 over the token ids: collisions are not a concern.
+pub fn tokens_hash(ids: &[i64]) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for id in ids {
+        hasher.update(&id.to_le_bytes());
+    }
+    hasher.finalize().to_hex()[..32].to_owned()
+}
+
+/// The same over an image model's input pixels (after decode and crop, so
+/// re-encodings of one photo that decode alike share an entry).
+pub fn pixels_hash(pixels: &[u8]) -> String {
+    blake3::hash(pixels).to_hex()[..32].to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hash_is_stable_and_tells_inputs_apart() {
+        assert_eq!(tokens_hash(&[101, 2023, 102]), tokens_hash(&[101, 2023, 102]));
+        assert_ne!(tokens_hash(&[101, 2023, 102]), tokens_hash(&[101, 2024, 102]));
+        assert_ne!(tokens_hash(&[1]), tokens_hash(&[1, 0]));
+        assert_eq!(tokens_hash(&[]).len(), 32);
+    }
 
     #[test]
     fn an_image_is_one_batcher_unit_and_hashes_by_its_pixels() {

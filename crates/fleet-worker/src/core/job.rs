@@ -4,8 +4,8 @@
 //! sink, and the one way every stage builds an answer's timings and an
 //! answer given without compute.
 
-use crate::stages::engine::input::ModelInput;
-use crate::stages::source::message::{Inbound, Position, RawHeader};
+use crate::core::input::ModelInput;
+use crate::core::message::{Inbound, Position, RawHeader};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{headers, Answer, Destinations, ErrorCode, JobId, RequestId, Timings};
 

@@ -1,9 +1,9 @@
 //! The version the engine serves now, set by the engine when it swaps in a
 //! handover's module: the repository watcher waits for it before loading
 //! another version. (The stages tag their answers with the version of the
-//! last handover that passed them: `versions::handover`.)
+//! last handover that passed them: `stages::handover`.)
 
-use crate::stages::engine::precision::Precision;
+use crate::core::precision::Precision;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

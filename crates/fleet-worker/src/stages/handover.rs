@@ -10,12 +10,12 @@
 //! (limits, batching, module, TTLs) and every one after wholly by the new.
 //! The answers' TTLs follow the version that answers ([`VersionTtls`]).
 
+use crate::config::batching::BucketLimits;
 use crate::config::model::{RequestTtls, TtlConfig};
 use crate::config::AnswersConfig;
+use crate::core::precision::Precision;
 use crate::guard;
 use crate::stages::admission::intake::Intake;
-use crate::stages::batch::bucket::BucketLimits;
-use crate::stages::engine::precision::Precision;
 use crate::stages::engine::Loaded;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -2,10 +2,11 @@
 //! loads: a probe during warm-up gets "not ready" rather than a refused
 //! connection.
 
-use super::health::{self, Health};
-use crate::job::DEAD_LETTER_REASONS;
+use super::probes;
+use crate::core::health::Health;
+use crate::core::job::DEAD_LETTER_REASONS;
+use crate::core::precision::Precision;
 use crate::metrics::{self as series, SeriesLabels};
-use crate::stages::engine::precision::Precision;
 use crate::stages::sink::failure::{FailureClass, WRITE_TARGETS};
 use crate::stages::sink::LocalRecord;
 use crate::versions::load::RefusalReason;
@@ -30,8 +31,8 @@ pub async fn serve(addr: SocketAddr, model: &ModelName, health: Arc<Health>, loc
     });
     let (live, ready) = (health.clone(), health);
     let checks = Checks {
-        live: Arc::new(move || health::liveness(&live.facts(), now_ms())),
-        ready: Arc::new(move || health::readiness(&ready.facts(), now_ms())),
+        live: Arc::new(move || probes::liveness(&live.facts(), now_ms())),
+        ready: Arc::new(move || probes::readiness(&ready.facts(), now_ms())),
         pages: vec![("/dead-letters", Arc::new(move || local.to_json()))],
     };
     let bound = endpoints::serve(addr, recorder, checks).await.with_context(|| format!("serving metrics on {addr}"))?;

@@ -7,12 +7,6 @@
 use crate::metrics::{GPU_MEMORY_TOTAL_BYTES, GPU_MEMORY_USED_BYTES};
 use nvml_wrapper::Nvml;
 
-/// (total, used) bytes of one device, read once.
-pub fn device_memory(index: u32) -> Result<(u64, u64), nvml_wrapper::error::NvmlError> {
-    let memory = Nvml::init()?.device_by_index(index)?.memory_info()?;
-    Ok((memory.total, memory.used))
-}
-
 pub struct GpuMemory {
     nvml: Nvml,
 }

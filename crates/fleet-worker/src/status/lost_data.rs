@@ -23,7 +23,7 @@ use std::time::Duration;
 
 /// What one look at the marker says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Memory {
+pub enum MarkerLook {
     /// The first look of this worker: nothing to compare with yet.
     FirstLook,
     /// The marker is as this worker saw it last.
@@ -36,33 +36,33 @@ pub enum Memory {
 /// before its first look); `reply`: what `SET .. NX GET` returned (`None`:
 /// the key was gone and `offered` is its value now). Returns the verdict
 /// and the value to remember.
-pub fn judge(seen: Option<&str>, reply: Option<&str>, offered: &str) -> (Memory, String) {
+pub fn judge(seen: Option<&str>, reply: Option<&str>, offered: &str) -> (MarkerLook, String) {
     let now = reply.unwrap_or(offered).to_owned();
     let verdict = match (seen, reply) {
-        (None, _) => Memory::FirstLook,
-        (Some(_), None) => Memory::Forgotten,
-        (Some(seen), Some(reply)) if seen != reply => Memory::Forgotten,
-        (Some(_), Some(_)) => Memory::Kept,
+        (None, _) => MarkerLook::FirstLook,
+        (Some(_), None) => MarkerLook::Forgotten,
+        (Some(seen), Some(reply)) if seen != reply => MarkerLook::Forgotten,
+        (Some(_), Some(_)) => MarkerLook::Kept,
     };
     (verdict, now)
 }
 
 /// The marker, looked at once a second by the status reporter.
-pub struct RedisMemory {
+pub struct LostDataMarker {
     conn: Connection,
     key: String,
     worker_id: String,
     seen: Option<String>,
 }
 
-impl RedisMemory {
+impl LostDataMarker {
     pub async fn connect(redis: &RedisTarget, key: String, worker_id: String) -> Result<Self, redis::RedisError> {
         let conn = redis.managed(Duration::from_secs(2), Duration::from_secs(2)).await?;
         Ok(Self { conn, key, worker_id, seen: None })
     }
 
     /// Looks at the marker (and sets it where it is gone).
-    pub async fn look(&mut self, now_ms: u64) -> Result<Memory, redis::RedisError> {
+    pub async fn look(&mut self, now_ms: u64) -> Result<MarkerLook, redis::RedisError> {
         let offered = format!("{}@{now_ms}", self.worker_id);
         let reply: Option<String> =
             redis::cmd("SET").arg(&self.key).arg(&offered).arg("NX").arg("GET").query_async(&mut self.conn).await?;
@@ -78,24 +78,24 @@ mod tests {
 
     #[test]
     fn the_first_look_only_learns_the_marker() {
-        assert_eq!(judge(None, Some("w1@1"), "w2@5"), (Memory::FirstLook, "w1@1".to_owned()));
-        assert_eq!(judge(None, None, "w2@5"), (Memory::FirstLook, "w2@5".to_owned()));
+        assert_eq!(judge(None, Some("w1@1"), "w2@5"), (MarkerLook::FirstLook, "w1@1".to_owned()));
+        assert_eq!(judge(None, None, "w2@5"), (MarkerLook::FirstLook, "w2@5".to_owned()));
     }
 
     #[test]
     fn the_same_marker_is_kept() {
-        assert_eq!(judge(Some("w1@1"), Some("w1@1"), "w2@9"), (Memory::Kept, "w1@1".to_owned()));
+        assert_eq!(judge(Some("w1@1"), Some("w1@1"), "w2@9"), (MarkerLook::Kept, "w1@1".to_owned()));
     }
 
     #[test]
     fn a_gone_or_replaced_marker_means_redis_forgot_once() {
         // Gone: this worker's token is the marker now.
         let (verdict, now) = judge(Some("w1@1"), None, "w2@9");
-        assert_eq!((verdict, now.as_str()), (Memory::Forgotten, "w2@9"));
+        assert_eq!((verdict, now.as_str()), (MarkerLook::Forgotten, "w2@9"));
         // Another worker found it gone first and set its own.
         let (verdict, now) = judge(Some("w1@1"), Some("w3@8"), "w2@9");
-        assert_eq!((verdict, now.as_str()), (Memory::Forgotten, "w3@8"));
+        assert_eq!((verdict, now.as_str()), (MarkerLook::Forgotten, "w3@8"));
         // The next look sees the new marker kept: one replay per loss.
-        assert_eq!(judge(Some(&now), Some("w3@8"), "w2@10").0, Memory::Kept);
+        assert_eq!(judge(Some(&now), Some("w3@8"), "w2@10").0, MarkerLook::Kept);
     }
 }

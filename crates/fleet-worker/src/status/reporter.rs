@@ -8,12 +8,13 @@
 use super::backlog::BacklogPublisher;
 use super::drain_rate::DrainMeter;
 use super::gpu::GpuMemory;
-use super::health::{self, Health};
-use super::redis_memory::{Memory, RedisMemory};
+use super::lost_data::{LostDataMarker, MarkerLook};
+use super::probes;
+use crate::core::health::Health;
 use crate::metrics::{DRAIN_RATE, REDIS_MEMORY_LOST_TOTAL, REPLAYED_TOTAL, SINK_STALLED_SECONDS, WORKER_READY};
 use crate::shutdown::Shutdown;
+use crate::stages::handover::VersionTtls;
 use crate::stages::source::{ReplayFrom, Source};
-use crate::versions::handover::VersionTtls;
 use fleet_proto::clock::now_ms;
 use fleet_proto::Lane;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,7 +42,7 @@ pub struct StatusReporter {
     pub busy_us: Arc<AtomicU64>,
     pub source: Arc<Source>,
     pub backlog: BacklogPublisher,
-    pub memory: RedisMemory,
+    pub lost_data: LostDataMarker,
     /// How far back a replay reads when Redis forgot, lane by lane: the
     /// longest a client may still wait for an answer of that lane (its
     /// request TTL + result TTL) of any recent version.
@@ -66,7 +67,7 @@ impl StatusReporter {
                 _ = tick.tick() => {}
             }
             self.report_backlog(&mut drain).await;
-            self.look_at_redis_memory(&mut replay_from).await;
+            self.look_for_lost_data(&mut replay_from).await;
             self.follow_the_model(&mut membership);
             let with_lag = count % LAG_EVERY_TICKS == 0;
             // After the backlog is out: the lag asks about every partition
@@ -80,8 +81,8 @@ impl StatusReporter {
                 }
             }
             let facts = self.health.facts();
-            metrics::gauge!(SINK_STALLED_SECONDS).set(health::stalled_ms(&facts, now_ms()) as f64 / 1000.0);
-            ready_gauge.set(if health::readiness(&facts, now_ms()).is_ok() { 1.0 } else { 0.0 });
+            metrics::gauge!(SINK_STALLED_SECONDS).set(probes::stalled_ms(&facts, now_ms()) as f64 / 1000.0);
+            ready_gauge.set(if probes::readiness(&facts, now_ms()).is_ok() { 1.0 } else { 0.0 });
         }
         ready_gauge.set(0.0);
         // Bounded: Redis may be what is away.
@@ -122,8 +123,8 @@ impl StatusReporter {
     /// Looks at the marker; when Redis forgot, reads again what a client may
     /// still wait for, each lane over its own window. A replay that fails
     /// is tried again every tick, from the same points in time.
-    async fn look_at_redis_memory(&mut self, replay_from: &mut ReplayFrom) {
-        let look = self.memory.look(now_ms()).await;
+    async fn look_for_lost_data(&mut self, replay_from: &mut ReplayFrom) {
+        let look = self.lost_data.look(now_ms()).await;
         // A Redis round trip of its own: Redis is seen answering even while
         // the backlog, which needs the broker too, cannot be measured.
         match &look {
@@ -131,7 +132,7 @@ impl StatusReporter {
             Err(_) => self.health.dependency_failed(now_ms()),
         }
         match look {
-            Ok(Memory::Forgotten) => {
+            Ok(MarkerLook::Forgotten) => {
                 metrics::counter!(REDIS_MEMORY_LOST_TOTAL).increment(1);
                 for lane in Lane::ALL {
                     let window_ms = self.ttls.longest_wait_ms(lane);
@@ -145,7 +146,7 @@ impl StatusReporter {
                     replay_from.entry(lane).and_modify(|earlier| *earlier = (*earlier).min(from)).or_insert(from);
                 }
             }
-            Ok(Memory::FirstLook | Memory::Kept) => {}
+            Ok(MarkerLook::FirstLook | MarkerLook::Kept) => {}
             Err(e) => tracing::debug!(error = %e, "Redis memory marker not read"),
         }
         if replay_from.is_empty() {

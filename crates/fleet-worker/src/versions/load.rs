@@ -5,17 +5,17 @@
 //! not tried again until its `model.pt` changes.
 
 use super::lifecycle::{Fingerprint, Refusals};
+use crate::config::batching::BucketLimits;
 use crate::config::ModelVersion;
+use crate::core::input::ModelInput;
+use crate::core::precision::CpuFeatures;
 use crate::metrics::MODEL_LOAD_FAILURES_TOTAL;
 use crate::stages::admission::intake::{DecodeSettings, Decoding, Intake};
-use crate::stages::batch::bucket::BucketLimits;
 use crate::stages::engine::error::EngineError;
-use crate::stages::engine::input::ModelInput;
-use crate::stages::engine::memory::{device_limit, MemoryGuard};
+use crate::stages::engine::memory::{self, device_limit, MemoryGuard};
 use crate::stages::engine::model::{LoadTarget, Model, WarmUp};
-use crate::stages::engine::precision::CpuFeatures;
 use crate::stages::engine::Loaded;
-use crate::status::gpu;
+
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Device;
@@ -194,7 +194,7 @@ fn load_version(version: &ModelVersion, ctx: &LoadContext) -> Result<Warmed, Ref
     let target = LoadTarget { device: ctx.device, cpu: ctx.cpu, probes: &probes };
     let mut model = Model::load(version, &target, guard).map_err(|e| refused(RefusalReason::of_load(&e), e))?;
     if let (None, Device::Cuda(index)) = (ctx.memory_limit, ctx.device) {
-        match gpu::device_memory(index as u32) {
+        match memory::device_memory(index as u32) {
             Ok((total, used)) => {
                 let limit = device_limit(total, used, version.config.device.memory_fraction);
                 tracing::info!(total, used, limit, "device memory limit for batches");

@@ -7,7 +7,7 @@
 //! A swap is the whole version or nothing. The version takes over with the
 //! model's `config.toml` as it is when the version loads: its input and
 //! batch limits, TTLs and task parameters apply from the same point of the
-//! stream as its module (see [`handover`](super::handover)), and it is
+//! stream as its module (see [`handover`](crate::stages::handover)), and it is
 //! warmed up with its own limits and inputs. What cannot change under a
 //! running worker — the kind, the task type, the module's signature, the
 //! tokenizer — is refused with the reason in the log and
@@ -16,15 +16,15 @@
 //! A `config.toml` edited without a new version (or pin) applies with the
 //! next one.
 
-use super::handover::{Handover, VersionTtls};
 use super::lifecycle::{self, Decision};
 use super::load::{self, LoadSettings, Loader, RefusalReason, Refused};
 use super::repository;
 use crate::config::{ModelConfig, ModelVersion};
-use crate::serving::ServingVersion;
+use crate::core::serving::ServingVersion;
 use crate::shutdown::Shutdown;
 use crate::stages::admission::intake::Decoding;
 use crate::stages::engine::error::EngineError;
+use crate::stages::handover::{Handover, VersionTtls};
 use fleet_proto::ModelName;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,9 +1,17 @@
 //! The real `fleet-worker` binary on the real model, beside the broker and
-//! Redis of `fleet_testkit`. Each is stopped when its handle drops.
+//! Redis of `fleet_testkit`. Each is stopped when its handle drops. What
+//! needs no worker (sending requests, reading answers and offsets) lives in
+//! `fleet_testkit` and is re-exported here, so a test imports from one place.
 
 #![allow(dead_code, unused_imports)]
 
-use fleet_proto::{ModelName, Namespace};
+use fleet_proto::ModelName;
+pub use fleet_testkit::answers::{answers_on, wait_for_answers_on};
+pub use fleet_testkit::corpus::{sentences, texts};
+pub use fleet_testkit::dlq::{dead_letters, Letter};
+pub use fleet_testkit::offsets::{assert_committed_to_the_end, committed_offsets, wait_for_commits_at_end};
+pub use fleet_testkit::redis_answers::{answered_now, ledger, statuses, wait_for_answers, wait_for_answers_once};
+pub use fleet_testkit::requests::{send_requests, send_texts};
 pub use fleet_testkit::{free_port, http_get, log_file, metric_value, present_metric_value, signal, Broker, Redis};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,11 +31,16 @@ pub fn worker_bin() -> PathBuf {
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fleet-worker")), PathBuf::from)
 }
 
+/// The shipped text embedder most tests run.
+pub fn minilm() -> ModelName {
+    ModelName::parse("minilm").unwrap()
+}
+
 /// A broker with `infer.minilm` of `partitions` partitions and a minilm
 /// worker (with `worker_args`) on `redis`, owning all of them.
 pub async fn serving_minilm(partitions: i32, redis: &Redis, worker_args: &[&str]) -> (Broker, Worker) {
     let broker = Broker::start();
-    broker.create_topics(&ModelName::parse("minilm").unwrap(), partitions).await;
+    broker.create_topics(&minilm(), partitions).await;
     let worker = Worker::start("minilm", &broker, redis, worker_args);
     worker.wait_until_serving(partitions).await;
     (broker, worker)
@@ -221,126 +234,4 @@ impl Drop for Worker {
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await
-}
-
-/// Polls until the group's committed offset of every partition of `topic`
-/// equals the partition's high watermark (an empty partition has nothing
-/// to commit: its "none", -1, counts as at the end, and is returned as 0);
-/// returns the last (committed, high) pairs seen either way, for the
-/// assertion message.
-pub async fn wait_for_commits_at_end(broker: &Broker, group: &str, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::{Offset, TopicPartitionList};
-    let consumer: BaseConsumer = broker.kafka().client_config().set("group.id", group).create().expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let committed = consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)).expect("committed offsets");
-        let pairs: Vec<(i64, i64)> = (0..partitions)
-            .map(|p| {
-                let c = match committed.find_partition(topic, p).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => o,
-                    _ => -1,
-                };
-                let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).expect("watermarks");
-                (if high == 0 && c < 0 { 0 } else { c }, high)
-            })
-            .collect();
-        if pairs.iter().all(|(c, h)| c == h) || Instant::now() > deadline {
-            return pairs;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Sends `texts` as requests `<prefix>-<n>` with many in flight; returns the ids.
-pub async fn send_texts(
-    broker: &Broker,
-    model: &ModelName,
-    prefix: &str,
-    texts: &[String],
-    deadline_ms: Option<u64>,
-) -> Vec<fleet_proto::RequestId> {
-    send_texts_in(&Namespace::default(), broker, model, prefix, texts, deadline_ms).await
-}
-
-/// `send_texts` to the topics of `names`.
-pub async fn send_texts_in(
-    names: &Namespace,
-    broker: &Broker,
-    model: &ModelName,
-    prefix: &str,
-    texts: &[String],
-    deadline_ms: Option<u64>,
-) -> Vec<fleet_proto::RequestId> {
-    let producer = fleet_producer::FleetProducer::new(&broker.kafka(), "tests").unwrap().with_namespace(names.clone());
-    let mut ids = Vec::new();
-    let mut pending = Vec::new();
-    for (i, text) in texts.iter().enumerate() {
-        let id = fleet_proto::RequestId::parse(&format!("{prefix}-{i}")).unwrap();
-        let mut request = fleet_producer::Request::text(id.clone(), text.clone());
-        request.deadline_ms = deadline_ms;
-        pending.push(producer.send(model, &request).await.unwrap());
-        ids.push(id);
-    }
-    for delivered in futures::future::join_all(pending).await {
-        delivered.expect("delivery");
-    }
-    ids
-}
-
-/// How many of `ids` have an answer in Redis now.
-pub async fn answered_now(redis: &Redis, ids: &[fleet_proto::RequestId]) -> usize {
-    let mut conn = redis.connection().await;
-    let mut pipe = redis::pipe();
-    for id in ids {
-        pipe.exists(Namespace::default().result_key(id));
-    }
-    let present: Vec<bool> = pipe.query_async(&mut conn).await.unwrap();
-    present.into_iter().filter(|&p| p).count()
-}
-
-/// The demo corpus: real sentences.
-pub fn sentences() -> Vec<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/demo-sentences.txt");
-    std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect()
-}
-
-/// Waits for every id's answer; asserts each has exactly one answer field
-/// and returns the status counts. The waits run together: an answer lives
-/// only `result_ttl_s`, so waiting for one id after another could look for
-/// an early answer after it has expired. Every wait starts at once (each
-/// holds its own Redis connection) for the same reason.
-pub async fn ledger(
-    redis: &Redis,
-    model: &ModelName,
-    ids: &[fleet_proto::RequestId],
-    timeout: Duration,
-) -> std::collections::BTreeMap<String, usize> {
-    use futures::StreamExt;
-    use redis::AsyncCommands;
-    let results = fleet_producer::ResultClient::connect(&redis.url()).await.unwrap();
-    let conn = redis.connection().await;
-    let statuses: Vec<String> = futures::stream::iter(ids)
-        .map(|id| {
-            let (results, mut conn) = (&results, conn.clone());
-            async move {
-                let answers =
-                    results.wait(id, std::slice::from_ref(model), timeout).await.unwrap_or_else(|e| panic!("{e}"));
-                let fields: usize = conn.hlen(Namespace::default().result_key(id)).await.unwrap();
-                assert_eq!(fields, 1, "{id} has {fields} answer fields");
-                answers[model.as_str()].status.as_str().to_owned()
-            }
-        })
-        .buffer_unordered(ids.len().max(1))
-        .collect()
-        .await;
-    let mut counts = std::collections::BTreeMap::new();
-    for status in statuses {
-        *counts.entry(status).or_insert(0) += 1;
-    }
-    counts
 }

@@ -188,16 +188,10 @@ async fn first_record(records: &JobRecords, args: &BulkArgs, names: &Namespace, 
         None => None,
     };
     Ok(JobRecord {
-        job: job.to_string(),
-        model: args.model.to_string(),
-        lane: Lane::Bulk.as_str().to_owned(),
-        answers_topic: names.answers_topic(&args.model, Lane::Bulk),
         reply_to: args.reply_to.map(|d| d.to_string()),
-        state: JobState::Sending,
-        requests: 0,
         started_ms: earlier.map_or(now, |e| e.started_ms.min(now)),
-        updated_ms: now,
         input: Some(args.file.display().to_string()),
+        ..JobRecord::starting(names, &args.model, Lane::Bulk, job, now)
     })
 }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::signature;
+use crate::config::Precision;
 
 fn parse(raw: &str) -> Result<ModelConfig, String> {
     let config: ModelConfig = toml::from_str(raw).map_err(|e| e.to_string())?;

@@ -4,11 +4,11 @@
 //! on a blocking thread; then the job, or an error answer, goes on.
 
 use super::intake::Decoding;
+use crate::core::input::ModelInput;
+use crate::core::job::{error_answer, Finished, Job, Reply, SinkItem};
+use crate::core::message::Position;
 use crate::guard::{self, Stage};
-use crate::job::{error_answer, Finished, Job, Reply, SinkItem};
-use crate::stages::engine::input::ModelInput;
-use crate::stages::source::message::Position;
-use crate::versions::handover::Piped;
+use crate::stages::handover::Piped;
 use fleet_image::{Header, ImageError};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{ErrorCode, ModelName, RequestId};
@@ -26,10 +26,9 @@ pub fn image_error_code(error: &ImageError) -> ErrorCode {
 
 /// Drops the decodes that have finished from `running`. A `JoinSet` keeps
 /// each finished task (about 1 KiB) until it is joined, and the stage joins
-/// them only at a handover or at the end: unreaped, an image worker held
-/// 0.97 KiB more for every image it answered (12 MiB an hour at 3.7 images
-/// a second in the one-hour soak, docs/soak.md). The decode slots bound
-/// what is left running.
+/// them only at a handover or at the end: unreaped, an image worker's heap
+/// grows with every image it answers (docs/soak.md). The decode slots
+/// bound what is left running.
 fn reap_finished(running: &mut JoinSet<()>) {
     while let Some(done) = running.try_join_next() {
         if let Err(e) = done {

@@ -7,7 +7,7 @@
 use super::decode_budget::DecodeBudget;
 use super::tokenize::TextTokenizer;
 use crate::config::{ModelKind, ModelVersion, TaskConfig};
-use crate::stages::engine::input::ModelInput;
+use crate::core::input::ModelInput;
 use anyhow::{Context, Result};
 use fleet_image::{ImageLimits, InputGeometry};
 use std::sync::Arc;

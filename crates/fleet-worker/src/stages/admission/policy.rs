@@ -13,10 +13,10 @@ use super::intake::Intake;
 use super::tokenize::{TextTokenizer, TokenizeError};
 use crate::config::model::RequestTtls;
 use crate::config::AnswersConfig;
-use crate::job::{error_answer, timings, DeadLetter, Finished, Job, Reply, MALFORMED_HEADER};
-use crate::stages::cancel::CancelledJobs;
-use crate::stages::engine::input::{ModelInput, PairRow};
-use crate::stages::source::message::{Inbound, Position};
+use crate::core::cancel_tracking::CancelledJobs;
+use crate::core::input::{ModelInput, PairRow};
+use crate::core::job::{error_answer, timings, DeadLetter, Finished, Job, Reply, MALFORMED_HEADER};
+use crate::core::message::{Inbound, Position};
 use fleet_image::{Format, ImageLimits};
 use fleet_proto::{
     Answer, ContentType, Destination, Destinations, Envelope, ErrorCode, JobId, ModelName, RequestId, RerankRequest,

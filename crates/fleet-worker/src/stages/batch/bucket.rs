@@ -23,104 +23,11 @@
 //! first, except that bulk-only ones keep their minimum share of batches
 //! while both kinds are due ([`LaneShare`]).
 
+use crate::config::batching::BucketLimits;
+use crate::core::batch::Batch;
 use crate::stages::source::lanes::LaneShare;
 use fleet_proto::Lane;
 use std::collections::VecDeque;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct BucketLimits {
-    /// Upper token bounds of the buckets, ascending. A request goes to the
-    /// first bucket whose bound is ≥ its length; longer ones to the last.
-    pub boundaries: Vec<usize>,
-    pub max_batch_size: usize,
-    pub max_batch_tokens: usize,
-    pub max_attention_cells: usize,
-    /// One value per bucket.
-    pub max_wait_ms: Vec<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key} {problem}")]
-pub struct InvalidLimits {
-    pub key: &'static str,
-    pub problem: String,
-}
-
-impl BucketLimits {
-    pub fn validate(&self, max_seq_len: usize) -> Result<(), InvalidLimits> {
-        let invalid = |key, problem: String| Err(InvalidLimits { key, problem });
-        if self.boundaries.is_empty() || self.boundaries.windows(2).any(|w| w[0] >= w[1]) || self.boundaries[0] == 0 {
-            return invalid("batching.buckets", "must be non-empty, above 0 and strictly ascending".into());
-        }
-        if self.boundaries.last().is_some_and(|&last| last < max_seq_len) {
-            return invalid("batching.buckets", format!("last bound must be at least max_seq_len ({max_seq_len})"));
-        }
-        if self.max_wait_ms.len() != self.boundaries.len() {
-            return invalid(
-                "batching.max_wait_ms",
-                format!("needs one value or {} (one per bucket)", self.boundaries.len()),
-            );
-        }
-        if self.max_batch_size == 0 {
-            return invalid("batching.max_batch_size", "must be above 0".into());
-        }
-        if self.max_batch_tokens < max_seq_len {
-            return invalid("batching.max_batch_tokens", format!("must hold one row of max_seq_len ({max_seq_len})"));
-        }
-        if self.max_attention_cells < max_seq_len * max_seq_len {
-            return invalid(
-                "batching.max_attention_cells",
-                format!("must hold one row of max_seq_len² ({})", max_seq_len * max_seq_len),
-            );
-        }
-        Ok(())
-    }
-
-    /// The bucket a request of `len` tokens belongs to.
-    pub fn bucket_of(&self, len: usize) -> usize {
-        self.boundaries.iter().position(|&bound| len <= bound).unwrap_or(self.boundaries.len() - 1)
-    }
-
-    /// Whether `rows` rows padded to `padded_len` stay within every budget.
-    pub fn fits(&self, rows: usize, padded_len: usize) -> bool {
-        rows <= self.max_batch_size
-            && rows * padded_len <= self.max_batch_tokens
-            && rows * padded_len * padded_len <= self.max_attention_cells
-    }
-}
-
-/// `percent` of `budget`, at least 1 (a budget of `usize::MAX` stays unbounded).
-fn share_of(budget: usize, percent: u32) -> usize {
-    if percent >= 100 {
-        return budget;
-    }
-    ((budget as u128 * u128::from(percent) / 100) as usize).max(1)
-}
-
-/// Length-bucket bounds whose neighbours differ by at most ~12 %: every
-/// length up to 16, then steps of 2, 4, 8, 16 and 32 tokens. Padding a batch
-/// to its longest member then wastes at most about one step.
-pub fn default_boundaries(max_seq_len: usize) -> Vec<usize> {
-    let mut bounds: Vec<usize> = (1..=16).collect();
-    let mut step = 2;
-    let mut next = 16;
-    while next < max_seq_len {
-        for _ in 0..8 {
-            next += step;
-            bounds.push(next.min(max_seq_len));
-            if next >= max_seq_len {
-                break;
-            }
-        }
-        step *= 2;
-    }
-    bounds.retain(|&b| b <= max_seq_len);
-    bounds.dedup();
-    if bounds.last() != Some(&max_seq_len) {
-        bounds.push(max_seq_len);
-    }
-    bounds
-}
 
 #[derive(Debug)]
 struct Held<T> {
@@ -131,56 +38,6 @@ struct Held<T> {
     arrived_ms: u64,
     deadline_ms: u64,
     lane: Lane,
-}
-
-/// A batch leaving the batcher: one bucket, FIFO order.
-#[derive(Debug)]
-pub struct Batch<T> {
-    pub bucket: usize,
-    pub items: Vec<T>,
-    /// Token length of each item, in item order.
-    pub lens: Vec<usize>,
-}
-
-impl<T> Batch<T> {
-    /// Keeps only the rows `keep` accepts; returns how many were dropped.
-    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
-        self.remove_where(|item| !keep(item)).len()
-    }
-
-    /// Takes out the rows `remove` picks, in order.
-    pub fn remove_where(&mut self, mut remove: impl FnMut(&T) -> bool) -> Vec<T> {
-        let mut removed = Vec::new();
-        let (items, lens) = std::mem::take(&mut self.items)
-            .into_iter()
-            .zip(std::mem::take(&mut self.lens))
-            .filter_map(|(item, len)| {
-                if remove(&item) {
-                    removed.push(item);
-                    None
-                } else {
-                    Some((item, len))
-                }
-            })
-            .unzip();
-        (self.items, self.lens) = (items, lens);
-        removed
-    }
-
-    pub fn padded_len(&self) -> usize {
-        self.lens.iter().copied().max().unwrap_or(0)
-    }
-    /// Rows × padded length: what the model computes.
-    pub fn computed_tokens(&self) -> usize {
-        self.items.len() * self.padded_len()
-    }
-    pub fn real_tokens(&self) -> usize {
-        self.lens.iter().sum()
-    }
-    /// Real tokens / computed tokens.
-    pub fn padding_efficiency(&self) -> f64 {
-        self.real_tokens() as f64 / self.computed_tokens().max(1) as f64
-    }
 }
 
 /// What one call to [`BucketBatcher::poll`] decided.
@@ -378,7 +235,7 @@ impl<T> BucketBatcher<T> {
     /// the share of the budgets in use (at least 1).
     pub fn row_cap(&self, bucket: usize) -> usize {
         let cap = self.row_caps.get(bucket).copied().unwrap_or(self.limits.max_batch_size);
-        cap.min(share_of(self.limits.max_batch_size, self.batch_percent))
+        cap.min(self.limits.rows_at(self.batch_percent))
     }
 
     /// The most rows a batch of `bucket` may hold now when its rows are as
@@ -395,7 +252,7 @@ impl<T> BucketBatcher<T> {
     /// Whether `rows` rows padded to `padded_len` stay within the share of
     /// the token budget in use.
     fn within_token_share(&self, rows: usize, padded_len: usize) -> bool {
-        rows * padded_len <= share_of(self.limits.max_batch_tokens, self.batch_percent)
+        rows * padded_len <= self.limits.tokens_at(self.batch_percent)
     }
 
     /// The estimated model-call time of `bucket`, 0 before any measurement.
@@ -531,5 +388,7 @@ impl<T> BucketBatcher<T> {
     }
 }
 
+#[cfg(test)]
+mod properties;
 #[cfg(test)]
 mod tests;

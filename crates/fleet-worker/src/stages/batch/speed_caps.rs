@@ -2,12 +2,10 @@
 //! second on this CPU: the largest batch per bucket, chosen by measurement.
 //!
 //! A batch's working set grows with its rows; past a CPU's caches a full
-//! batch can compute fewer tokens per second than a smaller one (measured
-//! on an AVX-512 Xeon, one thread: 8 rows of length 64 at 1.08× the tokens
-//! per second of 32, docs/benchmarks.md), and which buckets do so differs
-//! from one CPU to the next. Timing every bucket's batch sizes at warm-up
-//! would take tens of seconds of a 2-core start (the full batches alone
-//! take 26 s), so the evidence is the worker's own batches: under a
+//! batch can compute fewer tokens per second than a smaller one
+//! (docs/benchmarks.md), and which buckets do so differs from one CPU to
+//! the next. Timing every bucket's batch sizes at warm-up would make a
+//! small machine's start far longer, so the evidence is the worker's own batches: under a
 //! backlog their sizes spread (a bucket fills on some turns and not on
 //! others), interleaved in time, so the host's drift hits both sizes alike.
 //! Only batches run while the worker held a backlog, with the engine's
@@ -30,6 +28,8 @@
 //!
 //! Pure: the batch stage feeds it each batch's timing and applies the caps
 //! it returns.
+
+use fleet_ops::stats::median;
 
 /// Batches each side of a bucket needs before it is decided: a median of
 /// fewer moves with one slow call on a shared host.
@@ -140,7 +140,7 @@ impl SpeedCaps {
         if bucket.full.len() < MIN_SAMPLES || bucket.smaller.len() < MIN_SAMPLES {
             return None;
         }
-        let (full, smaller) = (median(&mut bucket.full), median(&mut bucket.smaller));
+        let (full, smaller) = (median(&bucket.full), median(&bucket.smaller));
         let cap = (smaller >= full * (1.0 + MARGIN)).then_some(most_rows / 2);
         match cap {
             // Measured again at the new size: the caller's next `most_rows`
@@ -149,16 +149,6 @@ impl SpeedCaps {
             None => bucket.decided = true,
         }
         Some(Decision { bucket: batch.bucket, most_rows, cap, full_tokens_per_s: full, smaller_tokens_per_s: smaller })
-    }
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len() % 2 == 0 {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
     }
 }
 

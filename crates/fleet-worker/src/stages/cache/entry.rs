@@ -3,24 +3,9 @@
 //! written by the engine stage with each computed answer and read by the
 //! cache stage.
 
-use crate::stages::engine::precision::Precision;
+use crate::core::precision::Precision;
 use fleet_proto::{ModelName, Namespace};
 use serde::{Deserialize, Serialize};
-
-/// 128 bits of BLAKE3 over the token ids: collisions are not a concern.
-pub fn tokens_hash(ids: &[i64]) -> String {
-    let mut hasher = blake3::Hasher::new();
-    for id in ids {
-        hasher.update(&id.to_le_bytes());
-    }
-    hasher.finalize().to_hex()[..32].to_owned()
-}
-
-/// The same over an image model's input pixels (after decode and crop, so
-/// re-encodings of one photo that decode alike share an entry).
-pub fn pixels_hash(pixels: &[u8]) -> String {
-    blake3::hash(pixels).to_hex()[..32].to_owned()
-}
 
 /// What is stored: the answer's output and what computing it cost, so a hit
 /// can report the time it saved.
@@ -63,14 +48,6 @@ pub fn key_value(at: &Address<'_>, output: &serde_json::Value, infer_ms: f64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_hash_is_stable_and_tells_inputs_apart() {
-        assert_eq!(tokens_hash(&[101, 2023, 102]), tokens_hash(&[101, 2023, 102]));
-        assert_ne!(tokens_hash(&[101, 2023, 102]), tokens_hash(&[101, 2024, 102]));
-        assert_ne!(tokens_hash(&[1]), tokens_hash(&[1, 0]));
-        assert_eq!(tokens_hash(&[]).len(), 32);
-    }
 
     #[test]
     fn another_task_reads_other_entries() {

@@ -13,15 +13,15 @@
 
 pub mod entry;
 
-use crate::job::{cancelled_answer, timings, Finished, Job, SinkItem};
+use crate::core::batch::Batch;
+use crate::core::batches_ahead::BatchesAhead;
+use crate::core::cancel_tracking::{CancelLookup, CancelledJobs};
+use crate::core::job::{timings, Finished, Job, SinkItem};
+use crate::core::precision::Precision;
 use crate::metrics::{CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL, CACHE_SAVED_SECONDS};
-use crate::stages::batch::bucket::Batch;
-use crate::stages::batch::downstream::BatchesAhead;
-use crate::stages::cancel::{unknown_jobs, CancelLookup, CancelledJobs};
-use crate::stages::engine::precision::Precision;
 use crate::stages::engine::EngineCommand;
+use crate::stages::handover::{Handover, Piped};
 use crate::stages::source::Ledger;
-use crate::versions::handover::{Handover, Piped};
 use entry::{Address, CachedOutput};
 use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_proto::clock::now_ms;
@@ -158,12 +158,8 @@ impl CacheStage {
 
     /// Takes the requests of cancelled jobs out of `batch` and answers them.
     async fn drop_cancelled(&mut self, batch: &mut Batch<Job>) -> Vec<Finished> {
-        let asked = unknown_jobs(&self.cancelled, &batch.items);
-        let found = self.cancel_lookup.cancelled_among(&asked).await;
-        self.cancelled.learn(found);
-        let (model, version, now) = (self.cache.model.as_str(), self.version.0, now_ms());
-        let dropped = batch.remove_where(|job| !self.cancelled.allows(job));
-        dropped.into_iter().map(|job| cancelled_answer(job, model, version, now)).collect()
+        self.cancelled.ask_about(&mut self.cancel_lookup, &batch.items).await;
+        self.cancelled.take_from(batch, self.cache.model.as_str(), self.version.0)
     }
 
     /// Looks up under the new version from the next batch on, and hands

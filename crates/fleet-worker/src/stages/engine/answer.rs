@@ -6,14 +6,8 @@
 use super::error::EngineError;
 use super::labels::{load_labels, top_k, Label};
 use crate::config::{ModelVersion, TaskConfig};
+use crate::core::input::TextFields;
 use serde_json::{json, Value};
-
-/// What a text answer adds: the input's length in tokens, and whether it was cut.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TextFields {
-    pub tokens: usize,
-    pub truncated: bool,
-}
 
 /// How a request's vectors (one per row) become its answer, by task.
 pub enum Answer {

@@ -2,15 +2,15 @@
 //! answered (ok with its output and the feature-cache entry to store, or
 //! `model_failed`), and the batch's shape and timing recorded.
 
-use super::input::ModelInput;
 use super::model::Model;
 use super::split::RowFailure;
-use crate::job::{timings, Finished, Job};
+use crate::core::batch::Batch;
+use crate::core::input::ModelInput;
+use crate::core::job::{timings, Finished, Job};
 use crate::metrics::{
     BATCH_SIZE, BATCH_TOKENS, INFERENCE_SECONDS, MODEL_ROWS_TOTAL, OOM_SPLITS_TOTAL, PADDING_EFFICIENCY,
     QUEUE_WAIT_SECONDS,
 };
-use crate::stages::batch::bucket::Batch;
 use crate::stages::cache::entry::{self, Address};
 use fleet_proto::clock::now_ms;
 use fleet_proto::{Answer, ErrorCode, ModelName, Namespace};

@@ -10,35 +10,7 @@
 //! is in use once the model is loaded (weights, CUDA context, other
 //! processes); on CPU none unless `--engine-memory-limit-bytes` sets one.
 
-/// Activation bytes a batch needs, by its shape. Zero costs estimate zero:
-/// then only a real out-of-memory error triggers a split.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ActivationCost {
-    pub bytes_per_row: u64,
-    pub bytes_per_token: u64,
-    pub bytes_per_attention_cell: u64,
-}
-
-impl ActivationCost {
-    /// The same cost for elements of `bytes` instead of `per` bytes (the
-    /// config's estimates are for fp32: a bf16 batch needs half).
-    pub fn scaled(&self, bytes: u64, per: u64) -> Self {
-        let scale = |b: u64| b.saturating_mul(bytes) / per.max(1);
-        Self {
-            bytes_per_row: scale(self.bytes_per_row),
-            bytes_per_token: scale(self.bytes_per_token),
-            bytes_per_attention_cell: scale(self.bytes_per_attention_cell),
-        }
-    }
-
-    /// Bytes for `rows` rows padded to `padded_len` (images: length 1).
-    pub fn estimate(&self, rows: usize, padded_len: usize) -> u64 {
-        let (rows, len) = (rows as u64, padded_len as u64);
-        rows.saturating_mul(self.bytes_per_row)
-            .saturating_add(rows.saturating_mul(len).saturating_mul(self.bytes_per_token))
-            .saturating_add(rows.saturating_mul(len).saturating_mul(len).saturating_mul(self.bytes_per_attention_cell))
-    }
-}
+use crate::config::device::ActivationCost;
 
 /// The estimate and the limit, at the engine boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +58,13 @@ pub fn device_limit(total: u64, used: u64, fraction: f64) -> u64 {
 pub fn is_out_of_memory(message: &str) -> bool {
     let lower = message.to_ascii_lowercase();
     lower.contains("out of memory") || lower.contains("can't allocate memory") || lower.contains("outofmemoryerror")
+}
+
+/// (total, used) bytes of one CUDA device, read once through NVML (loaded
+/// at run time: a CPU worker needs no NVIDIA driver).
+pub fn device_memory(index: u32) -> Result<(u64, u64), nvml_wrapper::error::NvmlError> {
+    let memory = nvml_wrapper::Nvml::init()?.device_by_index(index)?.memory_info()?;
+    Ok((memory.total, memory.used))
 }
 
 #[cfg(test)]

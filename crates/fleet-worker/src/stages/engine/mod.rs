@@ -15,17 +15,16 @@
 //! and are answered `model_failed`.
 //!
 //! A swap is a command in the same queue as the batches (the end of a
-//! version's handover, `versions::handover`), so every batch queued before
+//! version's handover, `stages::handover`), so every batch queued before
 //! it finishes on the old version and every batch after it runs on the new
 //! one: answers switch version at one point. Each answer carries the
 //! version that computed it.
 //!
 //! Inside: [`model`] (the served model of either kind, its signature check,
-//! precision and warm-up), [`input`] (a request's input and its rows),
-//! [`answer`] (outputs by task), [`torch`] (the tch wrappers),
+//! precision and warm-up), [`answer`] (outputs by task), [`torch`] (the tch wrappers),
 //! [`head`] (pooling, activation), [`labels`] (a classifier's labels and
 //! top-k), [`split`] (halving a batch that does not fit), [`memory`] (what
-//! a batch needs), [`precision`] (bf16, fp16 or fp32), [`batch_run`] (one
+//! a batch needs), [`precision_choice`] (bf16, fp16 or fp32), [`batch_run`] (one
 //! batch's answers), [`tuning`] (threads and batch share, chosen on live
 //! traffic), [`error`].
 
@@ -33,31 +32,30 @@ pub mod answer;
 pub mod batch_run;
 pub mod error;
 pub mod head;
-pub mod input;
 pub mod labels;
 pub mod memory;
 pub mod model;
-pub mod precision;
+pub mod precision_choice;
 pub mod split;
 pub mod torch;
 pub mod tuning;
 
-use crate::job::{cancelled_answer, Job, SinkItem};
+use crate::core::batch::Batch;
+use crate::core::batches_ahead::{BatchesAhead, FinishOnDrop};
+use crate::core::cancel_tracking::{CancelLookup, CancelledJobs};
+use crate::core::health::Health;
+use crate::core::input::ModelInput;
+use crate::core::job::{Job, SinkItem};
+use crate::core::precision::Precision;
+use crate::core::serving::ServingVersion;
 use crate::metrics::{
     ENGINE_BATCH_PERCENT, ENGINE_INTRA_OP_THREADS, ENGINE_TUNED_ROWS_PER_SECOND, MODEL_BROKEN, MODEL_PRECISION,
     MODEL_SWAPS_TOTAL, MODEL_VERSION,
 };
-use crate::serving::ServingVersion;
-use crate::stages::batch::bucket::Batch;
-use crate::stages::batch::downstream::{BatchesAhead, FinishOnDrop};
-use crate::stages::cancel::{unknown_jobs, CancelLookup, CancelledJobs};
-use crate::status::health::Health;
 use batch_run::run_batch;
 use fleet_proto::clock::now_ms;
 use fleet_proto::{Lane, ModelName, Namespace};
-use input::ModelInput;
 use model::Model;
-use precision::Precision;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -314,19 +312,12 @@ impl EngineStage {
     /// after asking Redis about its jobs not known to be cancelled; false
     /// when the sink is gone.
     fn answer_cancelled(&self, batch: &mut Batch<Job>, version: u64) -> bool {
-        let asked = unknown_jobs(&self.cancelled, &batch.items);
-        if let (false, Some(lookup)) = (asked.is_empty(), self.cancel_lookup.get()) {
+        if let Some(lookup) = self.cancel_lookup.get() {
             let mut lookup = lookup.clone();
-            let found = self.runtime.block_on(lookup.cancelled_among(&asked));
-            self.cancelled.learn(found);
+            self.runtime.block_on(self.cancelled.ask_about(&mut lookup, &batch.items));
         }
-        let cancelled = batch.remove_where(|job| !self.cancelled.allows(job));
-        if cancelled.is_empty() {
-            return true;
-        }
-        let (model, now) = (self.model.as_str(), now_ms());
-        let answers = cancelled.into_iter().map(|job| cancelled_answer(job, model, version, now)).collect();
-        self.sink.blocking_send(SinkItem::Answers(answers)).is_ok()
+        let answers = self.cancelled.take_from(batch, self.model.as_str(), version);
+        answers.is_empty() || self.sink.blocking_send(SinkItem::Answers(answers)).is_ok()
     }
 
     fn mark_broken(&self, reason: String, unanswered: usize) {

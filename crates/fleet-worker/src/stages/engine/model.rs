@@ -5,15 +5,16 @@
 
 use super::answer::{labels_mismatch, not_one_score, Answer};
 use super::error::EngineError;
-use super::input::{stretch, ModelInput};
 use super::memory::MemoryGuard;
-use super::precision::{self, Agreement, Candidate, CpuFeatures, Precision, Target};
+use super::precision_choice::{self as precision, Agreement, Candidate, Target};
 use super::split::{run_with_split, CallError, RowFailure, SplitRun};
 use super::torch::{ImageModule, TextModule};
-use crate::config::model::Precision as Configured;
+use crate::config::batching::BucketLimits;
+use crate::config::device::Precision as Configured;
 use crate::config::{ModelKind, ModelVersion};
+use crate::core::input::{stretch, ModelInput};
+use crate::core::precision::{CpuFeatures, Precision};
 use crate::guard;
-use crate::stages::batch::bucket::BucketLimits;
 use serde_json::Value;
 use tch::Device;
 
@@ -95,8 +96,8 @@ impl Model {
     }
 
     /// Runs every bucket's shape on real input stretched to the bucket's
-    /// bound, so that libtorch's first-call optimisation (+25–35 ms per new
-    /// shape) is not met by live traffic. Under a memory limit (CUDA, or
+    /// bound, so that libtorch's first-call optimisation of each new shape
+    /// is not met by live traffic. Under a memory limit (CUDA, or
     /// `--engine-memory-limit-bytes`) each bucket's *largest* batch runs,
     /// so a batch too big for the device is found here: it is split, and
     /// what fitted comes back as the bucket's row cap. Without a limit one
@@ -110,7 +111,7 @@ impl Model {
             let fitting = (1..=limits.max_batch_size).rev().find(|&r| limits.fits(r, row.len())).unwrap_or(1);
             let most = if self.guard.limit.is_some() { fitting } else { 1 };
             // Image batches differ by row count only: warm every count
-            // (about 10 ms an image on a CPU).
+            // (cheap: a few rows of one small shape each).
             let counts: Vec<usize> = match self.torch {
                 Torch::Image(_) => (1..=fitting).collect(),
                 Torch::Text(_) => vec![most],

@@ -10,8 +10,8 @@
 
 use super::error::EngineError;
 use super::head::Head;
-use super::input::TextRow;
 use crate::config::{DeviceChoice, ImageLayout, ModelConfig, ModelVersion, TextInput};
+use crate::core::input::TextRow;
 use std::path::Path;
 use tch::{CModule, Device, Kind, Tensor};
 

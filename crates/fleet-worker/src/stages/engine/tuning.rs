@@ -5,8 +5,8 @@
 //! Why on live traffic and not at warm-up: the engine shares the cores with
 //! the rest of the worker (Kafka reads, tokenizing, Redis writes). What
 //! counts is what the whole path answers, and the engine alone cannot tell
-//! it: on a 2-core AMX Xeon one thread answered more than two, on a 2-core
-//! EPYC without AVX-512 BF16 two answered more (docs/benchmarks.md). So
+//! it: on some 2-core machines one thread answers more than two, on others
+//! two answer more (docs/benchmarks.md has the measurements). So
 //! while the worker holds a backlog (the engine is the bottleneck, and its
 //! rows per wall second are the path's), each candidate runs for windows of
 //! a few seconds in an A B B A order (drift hits all alike), and the one
@@ -20,6 +20,8 @@
 //! Pure: the engine feeds it each batch's start, rows and whether a backlog
 //! was held, and applies the changes it returns.
 
+use crate::config::args::cores;
+use crate::config::WorkerArgs;
 use std::fmt;
 
 /// A setting the tuner moves.
@@ -74,9 +76,9 @@ impl Default for TrialLength {
 /// A candidate replaces the knob's preferred value (the configured batch
 /// budgets) only when its slowest window beat the preferred value's
 /// fastest by this much: smaller batches cost latency nothing measures
-/// here, and on a shared 2-core machine two windows of the same setting
-/// differed by 15 % (a smaller share was once kept for such noise and
-/// answered 11 % less).
+/// here, and on a shared machine two windows of the same setting differ
+/// by more than a few percent (docs/operations.md, settings, has the
+/// figures).
 const MARGIN: f64 = 0.05;
 
 /// Batches run after a change before its window starts: a new batch share
@@ -203,6 +205,22 @@ pub struct Tuner {
 }
 
 impl Tuner {
+    /// What the worker's arguments ask to tune on live traffic: nothing on
+    /// CUDA or with tuning off; the thread counts unless fixed; the batch
+    /// share.
+    pub fn for_worker(args: &WorkerArgs, device: tch::Device) -> Self {
+        let length =
+            TrialLength { window_ms: args.engine_tuning_window.as_secs_f64() * 1000.0, ..TrialLength::default() };
+        if !args.engine_tuning || device.is_cuda() {
+            return Self::new(&[], 1, &[], length);
+        }
+        let threads = match args.intra_op_threads {
+            Some(_) => Vec::new(),
+            None => thread_candidates(cores()),
+        };
+        Self::new(&threads, args.intra_op_threads(), &BATCH_PERCENTS, length)
+    }
+
     /// Tunes the thread counts `threads` (none or one: left as they are;
     /// `start_threads` until decided), then the batch percents
     /// `batch_percents` (the first is preferred, and in force until decided).
@@ -308,174 +326,4 @@ pub fn thread_candidates(cores: usize) -> Vec<usize> {
 pub const BATCH_PERCENTS: [u32; 3] = [100, 50, 25];
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SHORT: TrialLength = TrialLength { window_ms: 1_000.0, min_batches: 3, rounds: 2, warm_up_windows: 0 };
-
-    /// Feeds batches of 10 rows whose length depends on the settings in
-    /// force, until the tuner is done; the settings it ends with, and the
-    /// sequence of changes.
-    fn drive(
-        tuner: &mut Tuner,
-        mut batch_ms: impl FnMut(usize, u32) -> f64,
-        backlog: impl Fn(usize) -> bool,
-    ) -> ((usize, u32), Vec<Change>) {
-        let (mut threads, mut percent, mut now, mut changes) = (1, 100, 0.0, Vec::new());
-        for i in 0..100_000 {
-            if tuner.is_done() {
-                break;
-            }
-            let held = backlog(i);
-            if !held {
-                // The backlog ran out: the engine waited for work.
-                now += 1_000.0;
-            }
-            if let Some(change) = tuner.observe(now, 10, held) {
-                let setting = match &change {
-                    Change::Try(s) | Change::Rest(s) | Change::Settle { setting: s, .. } => *s,
-                };
-                match setting {
-                    Setting::Threads(t) => threads = t,
-                    Setting::BatchPercent(p) => percent = p,
-                }
-                changes.push(change);
-            }
-            now += batch_ms(threads, percent);
-        }
-        assert!(tuner.is_done(), "the tuner never finished");
-        ((threads, percent), changes)
-    }
-
-    #[test]
-    fn keeps_the_thread_count_that_answers_most_and_tries_each_in_a_b_b_a_order() {
-        let mut tuner = Tuner::new(&[1, 2], 1, &[], SHORT);
-        let ((threads, _), changes) = drive(&mut tuner, |t, _| if t == 2 { 80.0 } else { 100.0 }, |_| true);
-        assert_eq!(threads, 2);
-        let tried: Vec<Setting> =
-            changes.iter().filter_map(|c| if let Change::Try(s) = c { Some(*s) } else { None }).collect();
-        let order = [1, 2, 2, 1].map(Setting::Threads);
-        assert_eq!(tried, order);
-        let Some(Change::Settle { rates, .. }) = changes.last() else { panic!("no settle: {changes:?}") };
-        assert!((rates[0].1 - 100.0).abs() < 1e-6 && (rates[1].1 - 125.0).abs() < 1e-6, "{rates:?}");
-    }
-
-    #[test]
-    fn the_configured_batch_budget_stays_unless_a_smaller_one_is_clearly_faster() {
-        // 3 % faster at half: within the margin, the configured budget stays.
-        let mut tuner = Tuner::new(&[], 1, &BATCH_PERCENTS, SHORT);
-        let ((_, percent), _) = drive(&mut tuner, |_, p| if p == 50 { 97.0 } else { 100.0 }, |_| true);
-        assert_eq!(percent, 100);
-        // 20 % faster at a quarter: it is kept.
-        let mut tuner = Tuner::new(&[], 1, &BATCH_PERCENTS, SHORT);
-        let ((_, percent), _) = drive(&mut tuner, |_, p| if p == 25 { 80.0 } else { 100.0 }, |_| true);
-        assert_eq!(percent, 25);
-    }
-
-    #[test]
-    fn a_smaller_batch_share_must_win_every_window_to_replace_the_configured_one() {
-        // Windows of 100 % at 100 and 140 rows/s, of 50 % at 130 and 125:
-        // 50 % answered more in all, but not in every window.
-        let mut knob = Knob::new(
-            &[Setting::BatchPercent(100), Setting::BatchPercent(50)],
-            2,
-            Some(Setting::BatchPercent(100)),
-            Setting::BatchPercent(100),
-        );
-        for (rows, ms) in [(100, 1000.0), (130, 1000.0), (125, 1000.0), (140, 1000.0)] {
-            knob.record(rows, ms);
-            knob.trial += 1;
-        }
-        assert_eq!(knob.best(), Setting::BatchPercent(100));
-        assert!(knob.rates()[1].1 > knob.rates()[0].1);
-    }
-
-    #[test]
-    fn threads_are_decided_before_the_batch_budget_and_each_once() {
-        let mut tuner = Tuner::new(&[1, 2, 3], 2, &BATCH_PERCENTS, SHORT);
-        let ((threads, percent), changes) =
-            drive(&mut tuner, |t, p| 100.0 / t as f64 * if p == 50 { 0.5 } else { 1.0 }, |_| true);
-        assert_eq!((threads, percent), (3, 50));
-        let settled: Vec<Setting> = changes
-            .iter()
-            .filter_map(|c| if let Change::Settle { setting, .. } = c { Some(*setting) } else { None })
-            .collect();
-        assert_eq!(settled, [Setting::Threads(3), Setting::BatchPercent(50)]);
-        assert!(matches!(changes.first(), Some(Change::Try(Setting::Threads(1)))));
-    }
-
-    #[test]
-    fn windows_without_a_backlog_are_thrown_away() {
-        // Every fourth batch finds no backlog: a window needs more batches
-        // in a row than that, so none completes.
-        let length = TrialLength { window_ms: 200.0, min_batches: 4, rounds: 1, warm_up_windows: 0 };
-        let mut tuner = Tuner::new(&[1, 2], 1, &[], length);
-        for i in 0..1_000 {
-            assert_eq!(
-                tuner.observe(i as f64 * 100.0, 10, i % 4 != 3).filter(|c| matches!(c, Change::Settle { .. })),
-                None
-            );
-        }
-        // Held for 14 batches in 15, windows complete, and the waits for
-        // work between them never count: each setting is measured at its speed.
-        let mut tuner = Tuner::new(&[1, 2], 1, &[], length);
-        let ((threads, _), changes) = drive(&mut tuner, |t, _| if t == 1 { 50.0 } else { 100.0 }, |i| i % 15 != 14);
-        assert_eq!(threads, 1);
-        let Some(Change::Settle { rates, .. }) = changes.last() else { panic!() };
-        assert!((rates[0].1 - 200.0).abs() < 1e-6 && (rates[1].1 - 100.0).abs() < 1e-6, "{rates:?}");
-    }
-
-    #[test]
-    fn the_first_windows_warm_the_worker_up_and_are_not_measured() {
-        // The first 40 batches are slow whatever the setting (first calls
-        // of each shape); two warm-up windows of 1 s cover them.
-        let length = TrialLength { warm_up_windows: 2, ..SHORT };
-        let mut tuner = Tuner::new(&[1, 2], 1, &[], length);
-        let mut batches = 0;
-        let ((threads, _), changes) = drive(
-            &mut tuner,
-            |t, _| {
-                batches += 1;
-                if batches <= 40 {
-                    50.0
-                } else if t == 2 {
-                    80.0
-                } else {
-                    100.0
-                }
-            },
-            |_| true,
-        );
-        assert_eq!(threads, 2);
-        let Some(Change::Settle { rates, .. }) = changes.last() else { panic!("{changes:?}") };
-        assert!((rates[0].1 - 100.0).abs() < 1e-6 && (rates[1].1 - 125.0).abs() < 1e-6, "{rates:?}");
-    }
-
-    #[test]
-    fn a_trial_gives_way_to_the_resting_setting_when_the_backlog_runs_out() {
-        let mut tuner = Tuner::new(&[1, 2, 3], 3, &[], SHORT);
-        assert_eq!(tuner.observe(0.0, 10, true), Some(Change::Try(Setting::Threads(1))));
-        assert_eq!(tuner.observe(100.0, 10, true), None);
-        assert_eq!(tuner.observe(200.0, 10, false), Some(Change::Rest(Setting::Threads(3))));
-        assert_eq!(tuner.observe(300.0, 10, false), None);
-        // Back under backlog, the same trial starts over.
-        assert_eq!(tuner.observe(400.0, 10, true), Some(Change::Try(Setting::Threads(1))));
-    }
-
-    #[test]
-    fn nothing_to_tune_with_one_candidate_or_none() {
-        let mut tuner = Tuner::new(&[2], 2, &[100], SHORT);
-        assert!(tuner.is_done());
-        assert_eq!(tuner.observe(0.0, 10, true), None);
-    }
-
-    #[test]
-    fn thread_candidates_cover_small_hosts_fully_and_large_ones_sparsely() {
-        assert_eq!(thread_candidates(1), [1]);
-        assert_eq!(thread_candidates(2), [1, 2]);
-        assert_eq!(thread_candidates(4), [1, 2, 3, 4]);
-        assert_eq!(thread_candidates(6), [1, 2, 3, 4, 5, 6]);
-        assert_eq!(thread_candidates(16), [1, 2, 3, 4, 8, 15, 16]);
-        assert_eq!(thread_candidates(64), [1, 2, 3, 4, 8, 16, 32, 63, 64]);
-    }
-}
+mod tests;

@@ -4,11 +4,10 @@
 //! destination it names has it.
 
 use super::answer_records::AnswerRecords;
-use super::backoff::Backoff;
 use super::ends::Ends;
 use super::failure::{kafka_action, redis_error_class, FailureClass, KafkaAction};
 use super::results::{Attempt, ResultSink};
-use crate::job::{DeadLetter, Finished, ANSWER_UNWRITABLE};
+use crate::core::job::{DeadLetter, Finished, ANSWER_UNWRITABLE};
 use crate::metrics::{ANSWERS_DELIVERED_TOTAL, E2E_SECONDS, ERRORS_TOTAL, REQUESTS_TOTAL};
 use fleet_proto::{Destination, Destinations};
 use tokio::sync::mpsc;
@@ -76,7 +75,7 @@ impl AnswerLane {
     pub(super) async fn write(&mut self, batch: Vec<Finished>) -> bool {
         let mut pending: Vec<Pending> =
             batch.into_iter().map(|finished| Pending { left: finished.reply.to, finished }).collect();
-        let mut backoff = Backoff::new();
+        let mut backoff = FailureClass::retry_backoff();
         let mut attempt = Attempt::First;
         loop {
             let (failures, unwritable) = self.write_round(&mut pending, attempt).await;
@@ -103,7 +102,7 @@ impl AnswerLane {
                 }
             }
             let Some(class) = failures.worst() else { return true };
-            backoff.wait(class).await;
+            class.wait_to_retry(&mut backoff).await;
         }
     }
 

@@ -11,7 +11,7 @@
 //! answers are mostly an embedding's digits.
 
 use super::kafka_producer::ReplaceableProducer;
-use crate::job::Finished;
+use crate::core::job::Finished;
 use fleet_proto::clock::now_ms;
 use fleet_proto::{answer_record, Lane, ModelName, Namespace};
 use futures::future::join_all;

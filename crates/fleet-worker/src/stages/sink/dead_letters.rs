@@ -3,7 +3,7 @@
 //! the topic itself refused.
 
 use super::kafka_producer::ReplaceableProducer;
-use crate::job::DeadLetter;
+use crate::core::job::DeadLetter;
 use fleet_proto::headers;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
@@ -101,7 +101,7 @@ impl LocalRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::finished_for_test;
+    use crate::core::job::finished_for_test;
 
     #[test]
     fn the_local_record_keeps_the_newest_entries() {

@@ -2,11 +2,11 @@
 //! drain meter and liveness see progress) or a write fails (counted, logged,
 //! and told to the probes while it lasts).
 
+use crate::core::health::{Health, SinkProblem};
+use crate::core::message::Position;
 use crate::metrics::{REPLAY_DELIVERED_TOTAL, SINK_FAILURES_TOTAL};
 use crate::stages::sink::failure::FailureClass;
-use crate::stages::source::message::Position;
 use crate::stages::source::Committer;
-use crate::status::health::{Health, SinkProblem};
 use fleet_proto::clock::now_ms;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

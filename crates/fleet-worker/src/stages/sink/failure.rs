@@ -13,7 +13,9 @@
 //!   can do, but it stops reading and says so in its probes rather than
 //!   retrying silently.
 
+use crate::backoff::Backoff;
 use rdkafka::types::RDKafkaErrorCode;
+use std::time::Duration;
 
 /// What the sink writes to: the `target` label of its failures (`answers`:
 /// the model's answers topics on Kafka).
@@ -28,6 +30,20 @@ pub enum FailureClass {
 
 impl FailureClass {
     pub const ALL: [Self; 3] = [Self::Transient, Self::Message, Self::Fleet];
+
+    /// The sink's pace for retrying a write: from 50 ms, doubling to 5 s.
+    pub fn retry_backoff() -> Backoff {
+        Backoff::new(Duration::from_millis(50), Duration::from_secs(5))
+    }
+
+    /// Waits before the next try of a write that failed this way. What only
+    /// an operator can fix is retried no faster than once a second.
+    pub async fn wait_to_retry(self, backoff: &mut Backoff) {
+        if self == Self::Fleet {
+            backoff.at_least(Duration::from_secs(1));
+        }
+        backoff.wait().await;
+    }
 
     /// The `class` label of `fleet_sink_failures_total`.
     pub fn as_str(self) -> &'static str {

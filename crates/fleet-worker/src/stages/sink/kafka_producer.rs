@@ -28,13 +28,12 @@ impl ReplaceableProducer {
             ("message.timeout.ms", "30000"),
             // A missing topic is reported after this (librdkafka: 30 s).
             ("topic.metadata.propagation.max.ms", "5000"),
-            // Back within a second of a restarted broker, as the consumers.
-            ("reconnect.backoff.max.ms", "1000"),
         ] {
             if config.get(key).is_none() {
                 config.set(key, value);
             }
         }
+        fleet_connect::kafka::default_reconnect_backoff(&mut config);
         for (key, value) in settings {
             config.set(*key, *value);
         }

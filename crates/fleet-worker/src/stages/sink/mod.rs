@@ -19,7 +19,6 @@
 
 mod answer_lane;
 pub mod answer_records;
-mod backoff;
 pub mod dead_letters;
 mod ends;
 pub mod failure;

@@ -4,8 +4,8 @@
 //! one server; one per node in a cluster, where one pipeline could not span
 //! the slots of different requests).
 
-use crate::job::Finished;
-use crate::versions::handover::VersionTtls;
+use crate::core::job::Finished;
+use crate::stages::handover::VersionTtls;
 use fleet_connect::redis::{Connection, RedisTarget};
 use fleet_proto::Namespace;
 use futures::future::join_all;

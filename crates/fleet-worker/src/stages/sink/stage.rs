@@ -2,7 +2,7 @@
 //! and only then lets the offset move on.
 //!
 //! Every message ends here exactly one way: its answer written everywhere
-//! its request's [`Reply`](crate::job::Reply) names (Redis, the answers
+//! its request's [`Reply`](crate::core::job::Reply) names (Redis, the answers
 //! topic on Kafka, or both); or, when its answer can never be written
 //! there, a dead letter; or, when the DLQ topic refuses even a stripped
 //! copy, an entry in the local record; or, read again after Redis lost its
@@ -12,15 +12,14 @@
 
 use super::answer_lane::AnswerLane;
 use super::answer_records::AnswerRecords;
-use super::backoff::Backoff;
 use super::dead_letters::{DeadLetters, LocalRecord};
 use super::ends::Ends;
 use super::failure::{kafka_action, FailureClass, KafkaAction};
 use super::results::ResultSink;
-use crate::job::{DeadLetter, SinkItem};
+use crate::core::health::Health;
+use crate::core::job::{DeadLetter, SinkItem};
 use crate::metrics::{DLQ_LOCAL_TOTAL, DLQ_TOTAL};
 use crate::stages::source::Committer;
-use crate::status::health::Health;
 use fleet_proto::clock::now_ms;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -86,7 +85,7 @@ impl LetterLane {
     /// again stripped to its reason, and one refused even so is kept in
     /// the local record. Failures of the topic itself are retried.
     async fn send(&self, mut letter: DeadLetter) {
-        let mut backoff = Backoff::new();
+        let mut backoff = FailureClass::retry_backoff();
         loop {
             let error = match self.dead_letters.send(&letter).await {
                 Ok(()) => {
@@ -112,7 +111,7 @@ impl LetterLane {
                     tracing::error!(error = %error, "the dead-letter producer failed fatally; replacing it");
                     if let Err(e) = self.dead_letters.replace_producer() {
                         tracing::error!(error = %e, "cannot make a new dead-letter producer");
-                        backoff.wait(FailureClass::Fleet).await;
+                        FailureClass::Fleet.wait_to_retry(&mut backoff).await;
                     }
                 }
                 KafkaAction::Retry(FailureClass::Message) if !letter.truncated => {
@@ -128,7 +127,7 @@ impl LetterLane {
                 KafkaAction::Retry(class) => {
                     self.ends.count_failure("dlq", class);
                     self.ends.report("dlq", class, &error.to_string());
-                    backoff.wait(class).await;
+                    class.wait_to_retry(&mut backoff).await;
                 }
             }
         }

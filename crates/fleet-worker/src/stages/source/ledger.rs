@@ -3,9 +3,9 @@
 //! rebalance callbacks (assign, revoke), publishing what each change means.
 
 use super::commit::CommitTracker;
-use super::message::{LanePartition, Position};
+use crate::core::health::Health;
+use crate::core::message::{LanePartition, Position};
 use crate::metrics::{ASSIGNED_PARTITIONS, QUEUE_DEPTH, REVOKED_DROPPED_TOTAL};
-use crate::status::health::Health;
 use fleet_proto::clock::now_ms;
 use fleet_proto::Lane;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -26,28 +26,31 @@
 //! partition whose queue is full simply stops being read (librdkafka's
 //! prefetch behind it stays capped), so a backfill waiting in Kafka never
 //! stands between an interactive request and the worker.
+//!
+//! Beside reading: [`backlog`] measures the interactive backlog and the
+//! group's lag; [`replay`] reads again what Redis lost.
 
+mod backlog;
 pub mod commit;
 pub mod lanes;
 pub mod ledger;
-pub mod message;
 mod readers;
+mod replay;
 pub mod statistics;
 
+use crate::core::message::{Inbound, LanePartition, Position};
+pub use backlog::BacklogSnapshot;
 use lanes::{LaneShare, LaneTopics};
 pub use ledger::Ledger;
-use message::{Inbound, LanePartition, Position};
 use readers::{keep_readers, serve_events, FleetConsumer, LaneConsumers, LaneQueues, SourceContext};
+pub use replay::ReplayFrom;
 
-use crate::guard::lock;
-use fleet_proto::clock::now_ms;
 use fleet_proto::Lane;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -55,17 +58,6 @@ use tokio::task::JoinHandle;
 /// consumer loop, per lane: a few per partition, so a paused worker holds
 /// little beyond librdkafka's own (capped) prefetch.
 const HANDOVER_QUEUE: usize = 16;
-
-/// Where a replay begins, by lane: Unix ms, the time of the first message
-/// to read again.
-pub type ReplayFrom = std::collections::BTreeMap<Lane, i64>;
-
-/// What [`Source::backlog`] measured, and when (Unix ms).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BacklogSnapshot {
-    pub messages: u64,
-    pub as_of_ms: u64,
-}
 
 pub struct Source {
     consumers: LaneConsumers,
@@ -129,19 +121,11 @@ impl Source {
             ("partition.assignment.strategy", "cooperative-sticky"),
             // How long a fetch may wait for data. librdkafka's 500 ms is the
             // latency floor against a broker that holds a fetch until this
-            // passes instead of answering when data arrives (nisshi does):
-            // measured at 20 req/s, p50 216 -> 23 ms and p99 863 -> 41 ms
-            // end to end (docs/capacity.md). Against Apache Kafka, which
+            // passes instead of answering when data arrives (nisshi does;
+            // docs/capacity.md has the figures). Against Apache Kafka, which
             // answers as soon as there is data, it only adds empty fetches
             // while idle (20 a second).
             ("fetch.wait.max.ms", "50"),
-            // How long a reconnect may back off at most (librdkafka: 10 s,
-            // as long as the session). After a broker restart each lane's
-            // consumer must reach the coordinator again within the
-            // session, or it loses its partitions and the work in flight
-            // (seen in the restart-broker drill once there were two
-            // consumers per worker); 1 s keeps that margin.
-            ("reconnect.backoff.max.ms", "1000"),
             // librdkafka's own statistics, published as metrics
             // (statistics.rs): prefetch per partition, reply queue,
             // rebalances. 0 turns them off.
@@ -151,6 +135,9 @@ impl Source {
                 base.set(key, value);
             }
         }
+        // Each lane's consumer must reach the coordinator again within the
+        // session after a broker restart, or it loses its partitions.
+        fleet_connect::kafka::default_reconnect_backoff(&mut base);
         let (changes_tx, changes_rx) = mpsc::unbounded_channel();
         // ... and what at-least-once and the memory bound depend on.
         base.set("group.id", group)
@@ -226,166 +213,6 @@ impl Source {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-    }
-
-    /// Interactive requests this worker still owes an answer for: for each
-    /// assigned partition of the interactive lane, high watermark − read
-    /// position, plus those in flight, as of when the watermarks were asked
-    /// for. The bulk lane is left out: producers' admission predicts an
-    /// interactive request's wait from it, and a backfill queued in the bulk
-    /// lane does not stand in that request's way. Blocks on the broker (one
-    /// offsets request per partition): run it off the async runtime.
-    ///
-    /// The order matters. Watermarks first, then the read positions and the
-    /// in-flight count together: a message read while the watermark
-    /// requests ran has moved from unread to in flight by then and counts
-    /// once. A message sent meanwhile is not in the watermarks (nor, in
-    /// sum, in the rest); producers add their sends after `as_of_ms` to the
-    /// report, so they count it, where a report dated after the requests
-    /// would lose it.
-    pub fn backlog(&self, timeout: Duration) -> Result<BacklogSnapshot, KafkaError> {
-        let as_of_ms = now_ms();
-        let topic = self.topics.topic(Lane::Interactive);
-        let consumer = self.consumers.of(Lane::Interactive);
-        let assigned = consumer.assignment()?;
-        if assigned.elements_for_topic(topic).is_empty() {
-            // Nothing below asks the broker then: ask it something, so a
-            // broker that is away is not reported as answering.
-            consumer.fetch_metadata(Some(topic), timeout)?;
-        }
-        let mut high_watermarks = Vec::new();
-        for element in assigned.elements_for_topic(topic) {
-            let partition = element.partition();
-            let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
-            high_watermarks.push((partition, low, high));
-        }
-        let (positions, in_flight) = {
-            let tracker = self.ledger.lock();
-            (consumer.position()?, tracker.in_flight_of(|p| p.lane == Lane::Interactive))
-        };
-        // Partitions not read from yet have no position: their committed
-        // offset is where reading will start.
-        let committed = if positions.elements().iter().any(|e| !matches!(e.offset(), Offset::Offset(_))) {
-            Some(consumer.committed_offsets(positions.clone(), timeout)?)
-        } else {
-            None
-        };
-        // A partition read past the high watermark asked for (messages sent
-        // after it) counts below zero: those messages are in `in_flight`.
-        let mut unread = 0i64;
-        for (partition, low, high) in high_watermarks {
-            let start = offset_in(&positions, topic, partition)
-                .or_else(|| committed.as_ref().and_then(|c| offset_in(c, topic, partition)))
-                .unwrap_or(low);
-            unread += high - start;
-        }
-        Ok(BacklogSnapshot { messages: (unread + in_flight as i64).max(0) as u64, as_of_ms })
-    }
-
-    /// Reads again every owned partition of each lane of `from` from its
-    /// first message at or after that lane's time (Unix ms; Kafka's
-    /// offsets-for-times), or from its oldest message in
-    /// flight if that is older (held through an outage longer than the
-    /// window), where that is before where reading stands: Redis lost the
-    /// answers written for those messages (`status::redis_memory`). Each
-    /// rewound partition begins a new generation first, so work read before
-    /// is dropped and what is read after the seek is tracked afresh;
-    /// answers are written with HSETNX, so one that Redis still has is not
-    /// written (nor announced) twice. Returns how many messages will be read
-    /// again. Blocks on the broker: run it off the async runtime.
-    pub fn replay_since(&self, from: &ReplayFrom, timeout: Duration) -> Result<u64, KafkaError> {
-        let mut replayed = 0;
-        for (&lane, &from_ms) in from {
-            replayed += self.replay_lane_since(lane, from_ms, timeout)?;
-        }
-        // Every owned partition is replayed: no floor is owed any more.
-        lock(&self.replay_floors).clear();
-        Ok(replayed)
-    }
-
-    /// [`replay_since`](Self::replay_since) of one lane's topic.
-    fn replay_lane_since(&self, lane: Lane, from_ms: i64, timeout: Duration) -> Result<u64, KafkaError> {
-        let (topic, consumer) = (self.topics.topic(lane), self.consumers.of(lane));
-        let assigned = consumer.assignment()?;
-        let mut times = TopicPartitionList::new();
-        for element in assigned.elements_for_topic(topic) {
-            times.add_partition_offset(topic, element.partition(), Offset::Offset(from_ms))?;
-        }
-        if times.count() == 0 {
-            return Ok(0);
-        }
-        let found = consumer.offsets_for_times(times, timeout)?;
-        let positions = consumer.position()?;
-        // Partitions not read from since they were assigned: reading will
-        // start at their committed offset.
-        let committed = consumer.committed_offsets(positions.clone(), timeout)?;
-        let mut replayed = 0;
-        for element in found.elements_for_topic(topic) {
-            let partition = LanePartition { lane, partition: element.partition() };
-            // No offset: no message that young in the partition.
-            let window_start = match element.offset() {
-                Offset::Offset(offset) => Some(offset),
-                _ => None,
-            };
-            let Some(stood_at) = offset_in(&positions, topic, partition.partition)
-                .or_else(|| offset_in(&committed, topic, partition.partition))
-            else {
-                continue;
-            };
-            let (held_from, generation) = {
-                let tracker = self.ledger.lock();
-                (tracker.position(partition), tracker.generation(partition))
-            };
-            // A floor left by a failed seek of this ownership of the
-            // partition (one of an earlier ownership is not this one's).
-            let floor = lock(&self.replay_floors)
-                .get(&partition)
-                .filter(|(recorded_in, _)| Some(*recorded_in) == generation)
-                .map(|&(_, from)| from);
-            let Some(from) = [window_start, held_from, floor].into_iter().flatten().min() else { continue };
-            // Never forward: what is not read yet is read anyway.
-            if from >= stood_at || !self.ledger.change(|tracker| tracker.rewind(partition, stood_at)) {
-                continue;
-            }
-            if let Err(e) = self.rewind_to(partition, from, timeout) {
-                // The partition stays rewound: what it reads is refused (not
-                // answered, not committed) until a retry's seek succeeds,
-                // from no later than here (the work dropped by the rewind
-                // included), while /ready says the replay is pending.
-                if let Some(rewound_in) = self.ledger.lock().generation(partition) {
-                    lock(&self.replay_floors).insert(partition, (rewound_in, from));
-                }
-                return Err(e);
-            }
-            tracing::warn!(%partition, from, to = stood_at, "reading again what Redis lost");
-            replayed += (stood_at - from) as u64;
-        }
-        Ok(replayed)
-    }
-
-    /// Moves a partition's stored offset, committed offset and reading back
-    /// to `from`.
-    fn rewind_to(&self, partition: LanePartition, from: i64, timeout: Duration) -> Result<(), KafkaError> {
-        let (topic, consumer) = (self.topics.topic(partition.lane), self.consumers.of(partition.lane));
-        let mut at = TopicPartitionList::new();
-        at.add_partition_offset(topic, partition.partition, Offset::Offset(from))?;
-        // The stored offset first: auto-commit would put the old one back.
-        consumer.store_offsets(&at)?;
-        // librdkafka commits stored offsets only forward: the replay point is
-        // committed by hand, and before the seek, so a worker that dies (or
-        // loses the partition) mid-replay, or whose seek fails, leaves the
-        // rest of the replay to the next owner (what the rewound partition
-        // reads meanwhile is refused: nothing stores a later offset).
-        consumer.commit(&at, CommitMode::Sync)?;
-        consumer.seek(topic, partition.partition, Offset::Offset(from), timeout)
-    }
-
-    /// The group's lag on every partition of `lane`'s topic, not only this
-    /// worker's: committed offsets are asked for by group. Blocks on the
-    /// broker: run it off the async runtime.
-    pub fn lag(&self, lane: Lane, timeout: Duration) -> Result<fleet_ops::lag::TopicLag, KafkaError> {
-        let (consumer, topic) = (self.consumers.of(lane).as_ref(), self.topics.topic(lane));
-        fleet_ops::probe::measure_lane(consumer, &self.group, topic, lane, timeout)
     }
 }
 

@@ -6,8 +6,8 @@
 
 use super::lanes::{LaneTopics, PerLane};
 use super::ledger::Ledger;
-use super::message::{Inbound, LanePartition};
 use super::statistics::ConsumerStatistics;
+use crate::core::message::{Inbound, LanePartition};
 use fleet_proto::Lane;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;

@@ -1,8 +1,8 @@
 use super::*;
 use crate::config::model::TtlConfig;
+use crate::core::message::RawHeader;
 use crate::stages::admission::decode_budget::DecodeBudget;
 use crate::stages::admission::intake::Decoding;
-use crate::stages::source::message::RawHeader;
 use fleet_image::InputGeometry;
 use fleet_proto::{headers as h, Status};
 use std::sync::Arc;
@@ -301,10 +301,10 @@ async fn a_worker_decoding_image_after_image_keeps_only_the_decodes_under_way() 
     drop(outlets);
     let mut jobs = 0;
     while let Some(piped) = decoded.recv().await {
-        assert!(matches!(piped, crate::versions::handover::Piped::Work(_)));
+        assert!(matches!(piped, crate::stages::handover::Piped::Work(_)));
         jobs += 1;
     }
-    if let Ok(crate::job::SinkItem::Answers(refused)) = answers.try_recv() {
+    if let Ok(crate::core::job::SinkItem::Answers(refused)) = answers.try_recv() {
         panic!("a decode was refused: {:?}", refused[0].answer);
     }
     assert_eq!(jobs, IMAGES, "every image decoded into a job");

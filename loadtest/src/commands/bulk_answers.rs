@@ -1,10 +1,12 @@
 //! `loadtest bulk-answers`: its flags, the backfill file it writes, the
-//! bench it runs and the RESULT lines it prints.
+//! bench it runs ([`loadtest::bulk_answers_bench`]) and the RESULT lines
+//! it prints.
 
-use super::{backfill_texts, faults_line, result_line, run, BulkAnswersBench};
-use crate::fleet::Binaries;
+use super::{print_machine_and_command, read_corpus};
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use loadtest::bulk_answers_bench::{backfill_texts, faults_line, result_line, run, BulkAnswersBench};
+use loadtest::fleet::Binaries;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `loadtest bulk-answers`: the command's flags.
@@ -44,7 +46,9 @@ pub struct BulkAnswersArgs {
 }
 
 /// Runs the benchmark and prints its RESULT lines.
-pub async fn command(args: BulkAnswersArgs, corpus: Vec<String>) -> Result<()> {
+pub async fn execute(args: BulkAnswersArgs) -> Result<()> {
+    print_machine_and_command();
+    let corpus = read_corpus(&args.corpus)?;
     if !(0.0..1.0).contains(&args.interactive_fraction) || args.texts == 0 {
         bail!("--interactive-fraction must be in [0, 1) and --texts at least 1");
     }
@@ -89,10 +93,4 @@ pub async fn command(args: BulkAnswersArgs, corpus: Vec<String>) -> Result<()> {
         println!("{}", faults_line(*texts, faults));
     }
     Ok(())
-}
-
-impl BulkAnswersArgs {
-    pub fn corpus(&self) -> &Path {
-        &self.corpus
-    }
 }
