@@ -78,7 +78,7 @@ async fn the_worker_and_client_users_each_get_only_what_they_need() {
     refused(&mut client, redis::cmd("HSET").arg(names.backlog_key(&model)).arg("forged").arg("0 0 0")).await;
     refused(&mut client, &mut redis::cmd("FLUSHALL")).await;
 
-    // The worker keeps its memory marker under its user; a client may not touch it.
+    // The worker keeps its lost-data marker under its user; a client may not touch it.
     let mut as_worker =
         redis::Client::open(worker_url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let marker: Option<String> = redis::cmd("SET")
@@ -89,7 +89,7 @@ async fn the_worker_and_client_users_each_get_only_what_they_need() {
         .query_async(&mut as_worker)
         .await
         .unwrap();
-    assert!(marker.is_some_and(|m| m != "test"), "the worker did not set its memory marker");
+    assert!(marker.is_some_and(|m| m != "test"), "the worker did not set its lost-data marker");
     refused(&mut client, redis::cmd("SET").arg(names.memory_marker_key()).arg("forged")).await;
 
     // A client cancels a job: the one key it may SET, the worker's user

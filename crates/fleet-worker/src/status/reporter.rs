@@ -147,7 +147,7 @@ impl StatusReporter {
                 }
             }
             Ok(MarkerLook::FirstLook | MarkerLook::Kept) => {}
-            Err(e) => tracing::debug!(error = %e, "Redis memory marker not read"),
+            Err(e) => tracing::debug!(error = %e, "the lost-data marker not read"),
         }
         if replay_from.is_empty() {
             return;
